@@ -1,0 +1,101 @@
+"""Every file a run or a notebook writes leaves through here: JSON, JSONL, CSV, and atomic byte writes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+
+__all__ = ["to_jsonable", "atomic_write_bytes", "write_json", "read_json", "append_jsonl", "read_jsonl", "write_csv"]
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Tensors and arrays to nested lists, numpy scalars to Python, non-finite floats to None (strict JSON)."""
+    if isinstance(obj, torch.Tensor):
+        obj = obj.detach().cpu().numpy()
+    if isinstance(obj, np.ndarray):
+        return [to_jsonable(v) for v in obj.tolist()] if obj.ndim else to_jsonable(obj.item())
+    if isinstance(obj, (np.floating, float)):
+        value = float(obj)
+        return value if math.isfinite(value) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` to a temp file in the same folder, fsync, then rename over `path`: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Atomically write `obj` as indented JSON."""
+    return atomic_write_bytes(path, (json.dumps(to_jsonable(obj), indent=2, sort_keys=False) + "\n").encode())
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read a JSON file."""
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def append_jsonl(path: str | os.PathLike, record: dict) -> None:
+    """Append one JSON record as a line (flushed, so a crash loses at most the line being written)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write(json.dumps(to_jsonable(record)) + "\n")
+        fh.flush()
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Read JSON lines, skipping a torn final line left by a crash."""
+    records = []
+    with open(path) as fh:
+        for line in fh:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def write_csv(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
+    """Atomically write dict rows as CSV; the header is the union of keys in first-seen order."""
+    rows = [to_jsonable(r) for r in rows]
+    fields: list[str] = []
+    for r in rows:
+        fields += [k for k in r if k not in fields]
+    import io as _io
+
+    buf = _io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    return atomic_write_bytes(path, buf.getvalue().encode())

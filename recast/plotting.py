@@ -1,0 +1,116 @@
+"""Figure helpers: one place that writes figures, and the W heatmap every notebook shares."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import seaborn as sns
+import torch
+
+__all__ = ["figures_dir", "savefig", "plot_weights", "plot_discriminability"]
+
+
+def figures_dir() -> Path:
+    """Where figures go: $RECAST_FIGURES_DIR if set (the test suite points it at a temp dir), else the repo's figures/."""
+    env = os.environ.get("RECAST_FIGURES_DIR")
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parent.parent
+    return repo / "figures" if (repo / "pyproject.toml").exists() else Path.cwd() / "figures"
+
+
+def savefig(fig: plt.Figure, name: str, outdir: str | os.PathLike | None = None, dpi: int = 200) -> list[Path]:
+    """Save `fig` as `<outdir>/<name>.png` and `.pdf`; names match the notebook that made the figure.
+
+    Returns:
+        The two paths written.
+    """
+    out = Path(outdir) if outdir is not None else figures_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    for p in paths:
+        fig.savefig(p, dpi=dpi, bbox_inches="tight")
+    return paths
+
+
+def _to_numpy(x) -> np.ndarray:
+    return x.detach().cpu().double().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=float)
+
+
+def plot_weights(
+    W,
+    reward_names: Sequence[str],
+    *,
+    sigmas=None,
+    ax: plt.Axes | None = None,
+    title: str | None = None,
+    cmap: str = "mako_r",
+    vmax: float | None = None,
+    annotate: bool | None = None,
+    cbar: bool = True,
+) -> plt.Axes:
+    """Heatmap of W over rewards (rows) × denoising steps (columns), with both marginals written on the margins.
+
+    Args:
+        W: (K, T) weights, column 0 = the noisiest step.
+        reward_names: K row labels.
+        sigmas: optional grid (T+1,); columns are then labelled by σ_j of the step's start.
+        ax: axes to draw on (a new figure if None).
+        title: axes title.
+        cmap: colour map; `vmax` fixes the colour scale so several panels compare.
+        annotate: write each cell's value (default: when T ≤ 12).
+        cbar: draw a colour bar.
+
+    Returns:
+        The axes.
+    """
+    Wn = _to_numpy(W)
+    K, T = Wn.shape
+    if len(reward_names) != K:
+        raise ValueError(f"{len(reward_names)} reward names for W with K={K} rows")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.0 + 0.55 * T, 0.9 + 0.5 * K))
+    annotate = T <= 12 if annotate is None else annotate
+    xlabels = [f"{float(s):.2f}" for s in _to_numpy(sigmas)[:-1]] if sigmas is not None else [str(j) for j in range(T)]
+    sns.heatmap(Wn, ax=ax, cmap=cmap, vmin=0.0, vmax=vmax, annot=annotate, fmt=".3f", annot_kws={"size": 7},
+                xticklabels=xlabels, yticklabels=list(reward_names), cbar=cbar, linewidths=0.3, linecolor="white",
+                cbar_kws={"label": "W[k, j]", "pad": 0.12})
+    ax.set_xlabel("denoising step j (σ_j)" if sigmas is not None else "denoising step j  (0 = noisiest)")
+    ax.set_yticklabels(ax.get_yticklabels(), rotation=0)
+    for k, row_sum in enumerate(Wn.sum(axis=1)):
+        ax.text(T + 0.15, k + 0.5, f"Σ={row_sum:.3f}", va="center", ha="left", fontsize=7)
+    col = Wn.sum(axis=0)
+    spread = col.max() - col.min()
+    ax.text(T / 2, K + 0.9 if K > 0 else 1, f"column sums {col.mean():.4f} (spread {spread:.1e})",
+            ha="center", va="top", fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=9)
+    return ax
+
+
+def plot_discriminability(D, reward_names: Sequence[str], sigmas, *, ax: plt.Axes | None = None,
+                          title: str | None = None, style: str = "-") -> plt.Axes:
+    """D_k(σ) curves over the grid, σ decreasing left to right (sampling order).
+
+    Args:
+        D: (K, T+1) discriminability at σ_0 = 1 … σ_T = 0.
+        reward_names: K labels.
+        sigmas: (T+1,) grid.
+    """
+    Dn, s = _to_numpy(D), _to_numpy(sigmas)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4.5, 3.2))
+    palette = sns.color_palette("tab10", Dn.shape[0])
+    for k, name in enumerate(reward_names):
+        ax.plot(s, Dn[k], style, marker="o", ms=3, color=palette[k], label=name)
+    ax.set_xlim(1.0, 0.0)
+    ax.set_xlabel("σ  (1 = noise → 0 = clean)")
+    ax.set_ylabel("Rényi discriminability D_k(σ)")
+    ax.legend(fontsize=7, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=9)
+    return ax

@@ -1,0 +1,26 @@
+"""Test-session setup shared by the unit tests and the notebook runs (nbmake kernels inherit the environment)."""
+
+import os
+import tempfile
+
+import pytest
+
+# Notebooks and library code write figures through recast.plotting.savefig; under test they go to a scratch folder
+# so a test run never overwrites the committed figures/.
+os.environ.setdefault("RECAST_FIGURES_DIR", tempfile.mkdtemp(prefix="recast-figures-"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip `gpu`-marked tests on machines without CUDA, with the reason shown."""
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

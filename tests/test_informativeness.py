@@ -1,0 +1,176 @@
+"""Closed-form and property checks of the Rényi discriminability, its gains, the estimators and the tracker."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+from scipy.stats import norm
+
+from recast.informativeness import (
+    InformativenessTracker,
+    pav_nondecreasing,
+    posterior_discriminability,
+    renyi_discriminability,
+    telescoping_gains,
+    tweedie_discriminability,
+)
+from recast.solver import solve_weights, static_weights
+
+
+def _lognormal(s: float, n: int = 200_000) -> np.ndarray:
+    """V = exp(Z), Z ~ N(0, s²), by quantiles: a near-exact sample without Monte-Carlo noise."""
+    return np.exp(s * norm.ppf((np.arange(n) + 0.5) / n))
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 2.0, 3.0])
+@pytest.mark.parametrize("s", [0.2, 0.5])
+def test_lognormal_closed_form(alpha, s):
+    assert renyi_discriminability(_lognormal(s), alpha) == pytest.approx(alpha * s**2 / 2, rel=2e-3)
+
+
+def test_alpha_two_is_log_one_plus_squared_cv():
+    v = np.random.default_rng(0).uniform(0.1, 1.0, 5000)
+    assert renyi_discriminability(v, 2.0) == pytest.approx(math.log(1 + v.var() / v.mean() ** 2), rel=1e-12)
+
+
+def test_alpha_one_is_kl_and_limit_is_continuous():
+    v = np.random.default_rng(1).uniform(0.0, 1.0, 4000)
+    rho = v / v.mean()
+    kl = float(np.mean(rho * np.log(rho)))
+    assert renyi_discriminability(v, 1.0) == pytest.approx(kl, rel=1e-12)
+    for eps in (1e-2, 1e-3, 1e-4):
+        assert renyi_discriminability(v, 1 + eps) == pytest.approx(kl, rel=5 * eps)
+        assert renyi_discriminability(v, 1 - eps) == pytest.approx(kl, rel=5 * eps)
+
+
+def test_renyi_is_nondecreasing_in_alpha_and_zero_for_constants():
+    v = np.random.default_rng(2).gamma(2.0, size=3000)
+    Ds = [renyi_discriminability(v, a) for a in (0.25, 0.5, 1.0, 2.0, 4.0)]
+    assert all(a <= b + 1e-12 for a, b in zip(Ds, Ds[1:]))
+    assert renyi_discriminability(np.full(10, 0.3), 2.0) == 0.0
+    # Zeros are allowed (p = 0 samples): ρ^α = 0 contributes nothing.
+    assert renyi_discriminability([0.0, 1.0], 2.0) == pytest.approx(math.log(2))
+    assert renyi_discriminability([0.0, 1.0], 1.0) == pytest.approx(math.log(2))
+
+
+@pytest.mark.parametrize(
+    "values, alpha, match",
+    [([], 2.0, "non-empty"), ([[0.1, 0.2]], 2.0, "1-D"), ([0.1, float("nan")], 2.0, "NaN"),
+     ([0.1, -0.2], 2.0, ">= 0"), ([0.0, 0.0], 2.0, "all zero"), ([0.1, 0.2], 0.0, "alpha"),
+     ([0.1, 0.2], -1.0, "alpha")],
+)
+def test_renyi_bad_input(values, alpha, match):
+    with pytest.raises(ValueError, match=match):
+        renyi_discriminability(values, alpha)
+
+
+@settings(max_examples=100, deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(2, 15)), elements=st.floats(-5, 5)))
+def test_gains_nonnegative_and_telescope(D):
+    g = telescoping_gains(D)
+    fit = pav_nondecreasing(D)
+    assert g.shape == (D.shape[0], D.shape[1] - 1)
+    assert (g >= 0).all()
+    torch.testing.assert_close(g.sum(1), fit[:, -1] - fit[:, 0], rtol=0, atol=1e-12)
+    # The fit is the least-squares non-decreasing projection: monotone and mean-preserving per row.
+    assert (torch.diff(fit, dim=1) >= -1e-12).all()
+    np.testing.assert_allclose(fit.mean(1).numpy(), D.mean(1), atol=1e-9)
+
+
+def test_gains_equal_diff_exactly_on_monotone_rows_and_pav_closed_form():
+    D = torch.tensor([[0.0, 0.1, 0.1, 0.4, 0.9], [0.0, 0.3, 0.2, 0.5, 0.5]], dtype=torch.float64)
+    g = telescoping_gains(D)
+    assert torch.equal(g[0], torch.diff(D[0]))
+    # Row 1 pools the violating pair (0.3, 0.2) into 0.25.
+    torch.testing.assert_close(pav_nondecreasing(D)[1], torch.tensor([0.0, 0.25, 0.25, 0.5, 0.5], dtype=torch.float64))
+    torch.testing.assert_close(g[1], torch.tensor([0.25, 0.0, 0.25, 0.0], dtype=torch.float64))
+
+
+def _synthetic_value_problem(n, r2, seed):
+    """p with known CV, and a proxy whose correlation with p is exactly √r2 (by construction on centred data)."""
+    rng = np.random.default_rng(seed)
+    p = rng.uniform(0.3, 0.7, n)  # narrow enough that the calibrated values never need clipping at 0
+    noise = rng.normal(size=n)
+    pc = (p - p.mean()) / p.std()
+    noise = noise - noise.mean()
+    noise -= (noise @ pc) / (pc @ pc) * pc  # exactly orthogonal to p
+    noise /= noise.std()
+    f = math.sqrt(r2) * pc + math.sqrt(1 - r2) * noise
+    return p, f
+
+
+@pytest.mark.parametrize("r2", [0.0, 0.25, 0.6, 1.0])
+def test_tweedie_recovers_known_r2(r2):
+    p, f = _synthetic_value_problem(4000, r2, seed=3)
+    T = 5
+    proxy = np.tile(f, (T + 1, 1))
+    proxy[0] = np.nan
+    D = tweedie_discriminability(p, proxy, alpha=2.0)
+    cv2 = p.var() / p.mean() ** 2
+    assert D[0] == 0.0
+    assert D[T].item() == pytest.approx(math.log(1 + cv2), rel=1e-12)
+    torch.testing.assert_close(D[1:T], torch.full((T - 1,), math.log(1 + r2 * cv2), dtype=torch.float64),
+                               rtol=1e-9, atol=1e-12)
+
+
+def test_tweedie_is_invariant_to_affine_proxy_and_fills_missing_columns():
+    p, f = _synthetic_value_problem(2000, 0.5, seed=4)
+    proxy = np.stack([f * 0, f, 3 * f + 1, f * np.nan, -f, f])  # a sign flip is an affine map too
+    D = tweedie_discriminability(p, proxy)
+    assert D[1].item() == pytest.approx(D[2].item(), rel=1e-10) and D[1].item() == pytest.approx(D[4].item(), rel=1e-10)
+    assert D[3].item() == pytest.approx((D[2] + D[4]).item() / 2, rel=1e-10)
+    # K rewards at once equals the loop.
+    Dk = tweedie_discriminability(np.stack([p, p[::-1]]), np.stack([proxy, proxy[:, ::-1]]))
+    torch.testing.assert_close(Dk[0], D)
+
+
+def test_tweedie_bad_shapes():
+    with pytest.raises(ValueError, match="same N"):
+        tweedie_discriminability(np.ones(5), np.ones((3, 4)))
+
+
+def test_posterior_estimator_endpoints_monotone_and_deterministic():
+    gen = torch.Generator().manual_seed(0)
+    x0 = torch.randn(256, 2, generator=gen) * 2
+    p = torch.sigmoid(2 * x0[:, 0])  # the reward depends on the first coordinate only
+    sigmas = torch.linspace(1, 0, 9)
+    D = posterior_discriminability(x0, p, sigmas, generator=torch.Generator().manual_seed(1))
+    D2 = posterior_discriminability(x0, p, sigmas, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(D, D2)
+    assert D[0] == 0 and D[-1].item() == pytest.approx(renyi_discriminability(p, 2.0))
+    # Noisy interior estimates, but the trend is clear: far more is known near σ = 0 than near σ = 1.
+    assert D[1] < 0.25 * D[-1] and D[-2] > 0.5 * D[-1]
+    assert (telescoping_gains(D) >= 0).all()
+
+
+def test_tracker_ema_pav_and_weights():
+    tr = InformativenessTracker(K=2, T=4, ema=0.5)
+    lam = [0.5, 0.5]
+    torch.testing.assert_close(tr.weights(lam), static_weights(lam, 4))  # no information yet: static
+    D1 = torch.tensor([[0, 0.4, 0.5, 0.6, 0.6], [0, 0.0, 0.1, 0.2, 1.0]], dtype=torch.float64)
+    torch.testing.assert_close(tr.update(D1), D1)
+    D2 = torch.tensor([[0, 0.6, 0.4, 0.6, 0.6], [0, 0.0, float("nan"), 0.2, 1.0]], dtype=torch.float64)
+    avg = tr.update(D2)
+    projected = torch.tensor([[0, 0.5, 0.5, 0.6, 0.6], [0, 0.0, 0.1, 0.2, 1.0]], dtype=torch.float64)
+    torch.testing.assert_close(avg, 0.5 * D1 + 0.5 * projected)
+    W = tr.weights(lam, temperature=0.5)
+    assert W[0, 0] > W[1, 0] and W[1, -1] > W[0, -1]  # early reward early, late reward late
+    torch.testing.assert_close(W, solve_weights(tr.gains(), lam, temperature=0.5))
+
+
+def test_tracker_state_round_trip_and_errors():
+    tr = InformativenessTracker(K=1, T=3)
+    tr.update(torch.tensor([[0, 0.1, 0.2, 0.3]]))
+    other = InformativenessTracker(K=1, T=3)
+    other.load_state_dict(tr.state_dict())
+    assert torch.equal(other.D, tr.D) and other.num_updates == 1
+    with pytest.raises(ValueError, match="shape"):
+        tr.update(torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="K=1, T=3"):
+        InformativenessTracker(K=2, T=3).load_state_dict(tr.state_dict())
+    with pytest.raises(ValueError, match="finite"):
+        InformativenessTracker(K=1, T=2).update(torch.tensor([[0, float("nan"), 1.0]]))

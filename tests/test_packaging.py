@@ -1,0 +1,49 @@
+"""The install paths agree: environment.yml delegates to the pip install CI tests, and CI runs the README's command."""
+
+import re
+import sys
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_environment_yml_delegates_to_the_tested_pip_install():
+    env = (ROOT / "environment.yml").read_text()
+    pip_lines = [l.strip()[2:].strip() for l in env.splitlines() if l.strip().startswith("- ") and "    - " in l]
+    assert "-c constraints.txt" in pip_lines, "environment.yml must install through constraints.txt (CPU torch pin)"
+    assert "-e .[dev]" in pip_lines, "environment.yml must install the package with the dev extra, as CI does"
+    py = re.search(r"python=(\d+\.\d+)", env).group(1)
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert requires.startswith(">=") and tuple(map(int, py.split("."))) >= tuple(map(int, requires[2:].split(".")))
+
+
+def test_constraints_pin_torch_and_pyproject_lists_the_stack():
+    assert re.search(r"^torch==\d+\.\d+\.\d+$", (ROOT / "constraints.txt").read_text(), re.M)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in project["dependencies"]}
+    dev = {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in project["optional-dependencies"]["dev"]}
+    assert {"torch", "diffusers", "transformers", "accelerate", "peft", "matplotlib", "seaborn", "scikit-learn",
+            "tqdm", "safetensors"} <= names
+    assert {"jupyterlab", "ipykernel", "papermill", "nbmake", "pytest", "hypothesis"} <= dev
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in readme and re.search(r"^make test$", ci, re.M)
+
+
+def test_notebooks_are_committed_without_outputs_and_have_one_parameters_cell():
+    import json
+
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = json.loads(path.read_text())
+        code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+        assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), f"{path.name} has outputs"
+        tagged = [i for i, c in enumerate(code) if "parameters" in c.get("metadata", {}).get("tags", [])]
+        assert tagged == [1], f"{path.name}: the parameters cell must be the second code cell, and the only one"
