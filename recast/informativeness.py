@@ -18,8 +18,6 @@ import math
 
 import numpy as np
 import torch
-from sklearn.isotonic import isotonic_regression
-
 from recast.solver import solve_weights
 
 __all__ = [
@@ -98,6 +96,8 @@ def pav_nondecreasing(D) -> torch.Tensor:
         raise ValueError(f"D must be (T+1,) or (K, T+1) with T+1 >= 1, got shape {arr.shape}")
     if not np.isfinite(arr).all():
         raise ValueError("D contains NaN or inf")
+    from sklearn.isotonic import isotonic_regression  # imported here: sklearn costs seconds at `import recast`
+
     rows = arr.reshape(-1, arr.shape[-1])
     fit = np.empty_like(rows)
     for k, row in enumerate(rows):
