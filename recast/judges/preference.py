@@ -1,0 +1,79 @@
+"""Pairwise preference judge: the digit world's analogue of the paper's LLM-as-a-Judge.
+
+Scoring of two images ``a``, ``b`` of the same prompt (and seed), in order:
+
+1. prompt faithfulness: the number of attributes (digit, colour, position, size) that the held-out attribute judge
+   finds right; more wins;
+2. quality, measured independently of the training rewards: the distance in judge-feature space from the image to
+   its nearest of ``N_REFERENCE`` real canvases of the same prompt rendered from the judge glyph split (fixed seed per
+   prompt); smaller wins;
+3. a tie when the faithfulness counts are equal and the quality distances differ by less than ``TIE_TOLERANCE``
+   (identical images always tie).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from recast.digits import data
+from recast.judges.attributes import judge_attributes
+from recast.judges.features import judge_features
+
+N_REFERENCE: int = 16  # real canvases per prompt for the quality term
+TIE_TOLERANCE: float = 0.05  # judge-feature distance below which two qualities are equal
+
+
+@dataclass(frozen=True)
+class WinRate:
+    """Aggregate of pairwise verdicts of A against B; ``win_rate = (wins + ties / 2) / n``."""
+
+    wins: int
+    losses: int
+    ties: int
+    win_rate: float
+
+
+_REFERENCE_CACHE: dict[str, torch.Tensor] = {}  # prompt -> (N_REFERENCE, D) judge features of real canvases
+
+
+def _reference_features(prompts: list[str]) -> torch.Tensor:
+    """Judge features ``(B, N_REFERENCE, D)`` of real judge-split canvases per prompt (seeded by the prompt's index
+    in ``all_specs``, so independent of batch composition); computed once per prompt, in one forward pass."""
+    missing = sorted(set(prompts) - set(_REFERENCE_CACHE))
+    if missing:
+        order = data.all_specs()
+        real = torch.cat([data.render([p] * N_REFERENCE, glyph_split="judge",
+                                      generator=torch.Generator().manual_seed(order.index(data.parse_prompt(p))))
+                          for p in missing])
+        _REFERENCE_CACHE.update(zip(missing, judge_features(real).reshape(len(missing), N_REFERENCE, -1)))
+    return torch.stack([_REFERENCE_CACHE[p] for p in prompts])
+
+
+def quality_distance(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """Judge-feature distance ``(B,)`` float64 from each image to its nearest real canvas of the same prompt."""
+    feats = judge_features(images)
+    return (_reference_features(list(prompts)) - feats[:, None]).norm(dim=-1).amin(1)
+
+
+def prefer(a_images: torch.Tensor, b_images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """Pairwise verdicts ``(B,)`` int64: +1 if ``a`` is better, -1 if ``b`` is, 0 for a tie (see module docstring).
+
+    Args:
+        a_images, b_images: ``(B, 3, H, W)`` in ``[0, 1]``, pair i sharing ``prompts[i]``.
+    """
+    if a_images.shape != b_images.shape or len(prompts) != len(a_images):
+        raise ValueError(f"mismatched pairs: {tuple(a_images.shape)}, {tuple(b_images.shape)}, {len(prompts)} prompts")
+    faith = judge_attributes(a_images, prompts).count() - judge_attributes(b_images, prompts).count()
+    dq = quality_distance(b_images, prompts) - quality_distance(a_images, prompts)  # > 0: a closer to real
+    by_quality = torch.where(dq.abs() < TIE_TOLERANCE, 0, torch.sign(dq)).long()
+    return torch.where(faith != 0, torch.sign(faith), by_quality).long()
+
+
+def win_rate(a_images: torch.Tensor, b_images: torch.Tensor, prompts: list[str]) -> WinRate:
+    """Win rate of ``a`` over ``b`` with ties counting half."""
+    v = prefer(a_images, b_images, prompts)
+    wins, losses = int((v > 0).sum()), int((v < 0).sum())
+    ties = len(v) - wins - losses
+    return WinRate(wins=wins, losses=losses, ties=ties, win_rate=(wins + 0.5 * ties) / max(len(v), 1))

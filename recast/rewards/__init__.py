@@ -1,0 +1,107 @@
+"""Reward registry: ``get(name)(device)`` returns a callable ``(images, prompts) -> Tensor[B]``.
+
+Digit-world rewards take images ``(B, 3, H, W)`` in ``[0, 1]`` and prompt texts, and return float32 ``(B,)`` in
+``[0, 1]``. Factories do the heavy setup (loading CNN weights); nothing heavy happens at import.
+
+    >>> reward = recast.rewards.get("color")("cpu")
+    >>> r = reward(images, prompts)   # (B,)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from recast.rewards import digit as _rules
+
+RewardFn = Callable[[torch.Tensor, list[str]], torch.Tensor]
+Factory = Callable[..., RewardFn]
+
+SETTINGS: dict[str, tuple[str, ...]] = {
+    "compose": ("digit", "color", "position", "size"),
+    "quality": ("sharpness", "clean", "contrast", "realism"),
+}
+
+
+def _on(fn: RewardFn, device) -> RewardFn:
+    """Wrap a rule so it runs on the images' device and returns float32 ``(B,)`` on ``device``."""
+
+    def reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        return fn(images.float(), list(prompts)).to(device)
+
+    reward.__doc__ = fn.__doc__
+    reward.__name__ = fn.__name__
+    return reward
+
+
+def _rule(fn: RewardFn) -> Factory:
+    def factory(device: torch.device | str = "cpu") -> RewardFn:
+        return _on(fn, torch.device(device))
+
+    factory.__doc__ = fn.__doc__
+    return factory
+
+
+def _digit_factory(device: torch.device | str = "cpu", weights_dir=None) -> RewardFn:
+    """Probability of the prompted digit under the digit CNN (base-split canvases). Range [0, 1]. Informative mid."""
+    from recast.rewards import nets
+
+    net = nets.load_net("digit_cnn", nets.digit_net, device, weights_dir)
+
+    @torch.no_grad()
+    def digit(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        specs = _rules._specs(list(prompts), images.shape[0])
+        target = torch.tensor([s.digit for s in specs], device=device)
+        logits = net(nets.digit_input(images.float().to(device)))
+        return logits.softmax(-1).gather(1, target[:, None])[:, 0].float()
+
+    digit.__doc__ = _digit_factory.__doc__
+    return digit
+
+
+def _realism_factory(device: torch.device | str = "cpu", weights_dir=None) -> RewardFn:
+    """"Real" probability under the realism CNN (real vs blurred / noisy / speckled / jittered / bled / faded /
+    half-denoised canvases). Range [0, 1]. Informative late."""
+    from recast.rewards import nets
+
+    net = nets.load_net("realism_cnn", nets.realism_net, device, weights_dir)
+
+    @torch.no_grad()
+    def realism(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        _rules._specs(list(prompts), images.shape[0])
+        return torch.sigmoid(net(nets.realism_input(images.float().to(device)))[:, 0]).float()
+
+    realism.__doc__ = _realism_factory.__doc__
+    return realism
+
+
+_REGISTRY: dict[str, Factory] = {
+    "digit": _digit_factory,
+    "color": _rule(_rules.color_reward),
+    "position": _rule(_rules.position_reward),
+    "size": _rule(_rules.size_reward),
+    "sharpness": _rule(_rules.sharpness_reward),
+    "clean": _rule(_rules.clean_reward),
+    "contrast": _rule(_rules.contrast_reward),
+    "realism": _realism_factory,
+}
+
+
+def names() -> tuple[str, ...]:
+    """All registered reward names."""
+    return tuple(_REGISTRY)
+
+
+def get(name: str) -> Factory:
+    """The factory of a reward: ``get(name)(device) -> RewardFn``.
+
+    Raises:
+        ValueError: for an unknown name, listing the valid ones.
+    """
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown reward {name!r}; valid: {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+__all__ = ["SETTINGS", "RewardFn", "get", "names"]
