@@ -1,0 +1,176 @@
+"""Training configuration: one frozen dataclass and named presets.
+
+`preset("ci" | "cpu" | "gpu")` returns a complete `TrainConfig`; override fields with `dataclasses.replace`.
+Every run writes its config (`config.json`) next to its outputs, and `TrainConfig.from_dict` reads it back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+METHODS = ("recast", "uniform", "reward_sum", "fixed")
+BACKENDS = ("nft", "grpo")
+STD_SCOPES = ("global", "group")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one online RL run needs; see RECAST.md for the symbols."""
+
+    # --- world and task ---
+    world: str = "tiny"  # "tiny" (random tiny model, tests) or a path to a saved DigitWorld, e.g. "data/digit_base"
+    setting: str = "compose"  # reward setting from recast.rewards.SETTINGS: compose | quality
+    rewards: tuple[str, ...] = ()  # explicit reward names (overrides `setting` when non-empty)
+    lam: tuple[float, ...] = ()  # budgets lambda_k >= 0, one per reward; () = equal; normalised to sum 1
+    method: str = "recast"  # recast | uniform | reward_sum | fixed (see RECAST.md §3, §6)
+    fixed_W: tuple[tuple[float, ...], ...] = ()  # (K, T) W for method="fixed": rows sum to lam, columns to sum(lam)/T
+    backend: str = "nft"  # nft (DiffusionNFT forward-process loss) | grpo (Flow-GRPO PPO-clip on SDE log-probs)
+
+    # --- rollouts ---
+    iterations: int = 100  # online iterations (one rollout batch + one optimiser step each)
+    prompts_per_iter: int = 4  # distinct train prompts per iteration (per process)
+    group_size: int = 4  # G: samples per prompt; advantages are normalised within each group
+    batch_size: int = 0  # samples per iteration per process (a multiple of G); 0 = prompts_per_iter * G
+    num_steps: int = 10  # T: sampler steps = columns of W
+    shift: float = 3.0  # sigma-schedule shift (diffusers FlowMatchEulerDiscreteScheduler)
+    noise_level: float = 0.7  # Flow-GRPO SDE noise level a (grpo backend only)
+
+    # --- advantages ---
+    adv_clip_max: float = 5.0  # c: advantages clipped to [-c, c]; p = 0.5 + A / (2c)
+    std_scope: str = "global"  # "global": std over the whole batch (DiffusionNFT) | "group": within each group
+
+    # --- NFT loss ---
+    nft_beta: float = 1.0  # NFT strength in v+ = (1-beta) v_old + beta v_theta (not the KL weight)
+    nft_adaptive_norm: bool = True  # DiffusionNFT's x0-space adaptive normalisation (/ detached mean |x0 err|)
+    nft_loss_scale: bool = True  # divide by nft_beta and multiply by adv_clip_max as DiffusionNFT does
+    kl_beta: float = 0.0  # weight of the KL term kl_beta * ||v_theta - v_ref||^2 to the frozen base (grpo: Gaussian KL)
+    train_columns: int = 0  # m: columns trained per sample, drawn at random from the eligible ones; 0 = all eligible
+    skip_last_column: bool = False  # nft: never train column T-1 (grpo never trains its deterministic last step)
+
+    # --- GRPO loss ---
+    clip_range: float = 1e-4  # PPO ratio clip epsilon (Flow-GRPO default)
+
+    # --- old policy and EMA ---
+    old_decay_rate: float = 0.001  # old-policy decay d = min(old_decay_rate * step, old_decay_max)
+    old_decay_max: float = 0.5  # cap of the old-policy decay d
+    ema_decay: float = 0.9  # EMA of the trained parameters, used for evaluation and sample grids
+
+    # --- ReCAST ---
+    recast_every: int = 1  # re-solve W every this many iterations
+    temperature: float = 1.0  # Sinkhorn kernel temperature tau (inf -> static lambda/T)
+    floor: float = 1e-6  # kernel floor added to the step profile q
+    uniform_mix: float = 0.0  # gamma: W <- (1-gamma) W + gamma lambda/T
+    alpha: float = 2.0  # Renyi order of the discriminability
+    tracker_ema: float = 0.9  # EMA of D across iterations in the InformativenessTracker
+    informativeness_subset: int = 8  # samples per iteration whose x0_hat gets rewards evaluated (tweedie estimator)
+
+    # --- optimisation ---
+    lora_rank: int = 8  # LoRA rank on the attention projections; 0 = full fine-tuning
+    lora_alpha: float = 16.0  # LoRA alpha (scale alpha / rank)
+    lr: float = 3e-4  # AdamW learning rate
+    weight_decay: float = 1e-4  # AdamW weight decay
+    adam_betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas
+    adam_eps: float = 1e-8  # AdamW epsilon
+    grad_clip: float = 1.0  # max global grad norm (0 = off)
+    grad_accum: int = 1  # micro-batches per optimiser step (the iteration's training examples are split evenly)
+
+    # --- run ---
+    seed: int = 0  # seeds the world (tiny), LoRA init, prompt draws, noise, column draws
+    num_threads: int = 0  # torch CPU threads for this process (0 = leave torch's default); 1 avoids oversubscription
+    device: str = "cpu"  # "cpu" or "cuda"; under `accelerate launch` the process's device is used
+    mixed_precision: str = "no"  # accelerate mixed precision: no | fp16 | bf16
+    eval_every: int = 0  # judge EMA samples on test prompts every this many iterations (0 = only at the end)
+    eval_prompts: int = 16  # number of test prompts for evaluation
+    eval_group: int = 1  # samples per test prompt at evaluation
+    checkpoint_every: int = 0  # write a checkpoint every this many iterations (0 = only at the end)
+    grid_every: int = 0  # write a PNG grid of EMA samples every this many iterations (0 = only at the end)
+    log_with: tuple[str, ...] = ()  # accelerate trackers, e.g. ("tensorboard",) or ("wandb",)
+    progress: bool = True  # show a tqdm progress bar
+
+    @property
+    def B(self) -> int:
+        """Samples per iteration per process."""
+        return self.batch_size or self.prompts_per_iter * self.group_size
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (tuples become lists)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        """Inverse of `to_dict`; unknown keys raise ValueError naming them."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig fields {unknown}; valid fields: {sorted(names)}")
+        return cls(**{k: _tuplify(v) for k, v in d.items()})
+
+    def replace(self, **kw) -> "TrainConfig":
+        """`dataclasses.replace` shorthand."""
+        return dataclasses.replace(self, **kw)
+
+
+def _tuplify(v):
+    """Lists (from JSON) back to tuples, recursively."""
+    return tuple(_tuplify(x) for x in v) if isinstance(v, list) else v
+
+
+_PRESETS = {
+    # seconds: a random tiny world, 2 prompts x 2 samples, 4 steps
+    "ci": dict(world="tiny", iterations=4, prompts_per_iter=2, group_size=2, num_steps=4, informativeness_subset=4,
+               lora_rank=4, lora_alpha=8.0, eval_prompts=4, progress=False, tracker_ema=0.5,
+               num_threads=1),
+    # minutes on 2 CPU cores with the committed base model
+    "cpu": dict(world="data/digit_base", iterations=20, prompts_per_iter=4, group_size=4, num_steps=6,
+                train_columns=3, informativeness_subset=16, lora_rank=8, lora_alpha=16.0, lr=3e-3, eval_prompts=32,
+                eval_every=10, tracker_ema=0.8, num_threads=1),
+    # one GPU, a larger digit-world run
+    "gpu": dict(world="data/digit_base", device="cuda", iterations=400, prompts_per_iter=16, group_size=8,
+                num_steps=10, train_columns=9, informativeness_subset=32, lora_rank=32, lora_alpha=64.0, lr=3e-4,
+                eval_prompts=256, eval_every=50, checkpoint_every=50, grid_every=50),
+}
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def resolve_world(world: str) -> Path | None:
+    """Path of a saved world (relative paths tried from the cwd, then the repo root); None for "tiny" or missing."""
+    if world == "tiny":
+        return None
+    for p in (Path(world), REPO_ROOT / world):
+        if (p / "world.json").is_file():
+            return p
+    return None
+
+
+def preset(name: str, **overrides) -> TrainConfig:
+    """A complete, frozen config by name.
+
+    Args:
+        name: "ci" (seconds, tiny random world), "cpu" (minutes on 2 cores, base model), "gpu" (one GPU).
+        **overrides: field overrides applied with `dataclasses.replace`.
+
+    Raises:
+        ValueError: unknown preset name.
+    """
+    if name not in _PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(_PRESETS)}")
+    return dataclasses.replace(TrainConfig(**_PRESETS[name]), **overrides)
+
+
+def resolve_rewards(cfg: TrainConfig) -> tuple[str, ...]:
+    """Reward names of a config: `cfg.rewards` or the setting's rewards (raises ValueError naming valid settings)."""
+    from recast import rewards as R
+
+    if cfg.rewards:
+        names = tuple(cfg.rewards)
+    else:
+        if cfg.setting not in R.SETTINGS:
+            raise ValueError(f"unknown setting {cfg.setting!r}; choose one of {sorted(R.SETTINGS)}")
+        names = tuple(R.SETTINGS[cfg.setting])
+    for n in names:
+        R.get(n)  # raises ValueError naming the valid rewards
+    return names

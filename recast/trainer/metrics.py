@@ -1,0 +1,130 @@
+"""Run-directory records: phase timers, sample grids, and `load_run` for notebooks and benchmarks.
+
+A run directory holds
+    config.json       the TrainConfig (plus reward names and the normalised budgets under "_run")
+    metrics.jsonl     one record per iteration: rewards, loss parts, W, D, time per phase
+    weights.jsonl     one record per W re-solve: iteration, D (K, T+1), gains (K, T), W (K, T)
+    eval.jsonl        judge and reward scores of EMA samples on test prompts
+    grids/*.png       sample grids of the EMA policy
+    checkpoint.pt     the last checkpoint (see checkpoint.py)
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from recast.io import atomic_write_bytes, read_json, read_jsonl
+
+__all__ = ["PHASES", "PhaseTimer", "image_grid", "write_grid", "Run", "load_run"]
+
+PHASES = ("sampling", "rewards", "informativeness", "solver", "optimisation")
+
+
+class PhaseTimer:
+    """Accumulates wall time per named phase: `with timer("sampling"): ...`."""
+
+    def __init__(self):
+        self.times: dict[str, float] = {p: 0.0 for p in PHASES}
+
+    @contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[phase] = self.times.get(phase, 0.0) + time.perf_counter() - start
+
+
+def image_grid(images: torch.Tensor, ncol: int = 8) -> np.ndarray:
+    """Tile images (N, 3, H, W) in [0, 1] into one uint8 array (rows*H + pad, ncol*W + pad, 3) with 1-px gutters."""
+    n, c, h, w = images.shape
+    ncol = min(ncol, n)
+    nrow = -(-n // ncol)
+    grid = torch.ones(c, nrow * (h + 1) + 1, ncol * (w + 1) + 1)
+    for i in range(n):
+        r, k = divmod(i, ncol)
+        grid[:, 1 + r * (h + 1):1 + r * (h + 1) + h, 1 + k * (w + 1):1 + k * (w + 1) + w] = images[i].float().cpu()
+    return (grid.clamp(0, 1).permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+
+
+def write_grid(path: str | Path, images: torch.Tensor, ncol: int = 8, scale: int = 4) -> Path:
+    """Write a PNG sample grid atomically (nearest-neighbour upscaled by `scale` for legibility)."""
+    from PIL import Image
+
+    img = Image.fromarray(image_grid(images, ncol))
+    img = img.resize((img.width * scale, img.height * scale), Image.NEAREST)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+@dataclass(frozen=True)
+class Run:
+    """Everything a finished (or running) run directory holds, parsed.
+
+    Attributes:
+        path: the run directory.
+        config: the saved config dict.
+        reward_names: names of the K training rewards.
+        lam: normalised budgets (K,).
+        sigmas: the sampler grid (T+1,), sigma_0 = 1 ... sigma_T = 0.
+        metrics: per-iteration records.
+        weights: per-re-solve records with "iteration", "D", "gains", "W".
+        evals: evaluation records.
+    """
+
+    path: Path
+    config: dict
+    reward_names: tuple[str, ...]
+    lam: tuple[float, ...]
+    sigmas: tuple[float, ...] = ()
+    metrics: list[dict] = field(default_factory=list)
+    weights: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+
+    def curve(self, key: str, source: str = "metrics") -> tuple[np.ndarray, np.ndarray]:
+        """(iterations, values) of a scalar key in "metrics" or "evals" (records missing the key are skipped)."""
+        recs = [r for r in getattr(self, source) if r.get(key) is not None]
+        return np.array([r["iteration"] for r in recs]), np.array([r[key] for r in recs], dtype=float)
+
+    def W_at(self, iteration: int) -> tuple[int, np.ndarray]:
+        """The last W (K, T) solved at or before `iteration` (and the iteration it was solved at)."""
+        recs = [r for r in self.weights if r["iteration"] <= iteration] or self.weights[:1]
+        if not recs:
+            raise ValueError(f"{self.path} has no W records (weights.jsonl): was it a method='recast' run?")
+        return recs[-1]["iteration"], np.array(recs[-1]["W"], dtype=float)
+
+    def D_at(self, iteration: int) -> tuple[int, np.ndarray]:
+        """The last smoothed D (K, T+1) at or before `iteration`."""
+        recs = [r for r in self.weights if r["iteration"] <= iteration and r.get("D") is not None]
+        if not recs:
+            raise ValueError(f"{self.path} has no D record at or before iteration {iteration}")
+        return recs[-1]["iteration"], np.array(recs[-1]["D"], dtype=float)
+
+
+def load_run(path: str | Path) -> Run:
+    """Parse a run directory written by `recast.trainer.train`.
+
+    Raises:
+        FileNotFoundError: when `path/config.json` is missing.
+    """
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path} is not a run directory (no config.json)")
+    cfg = read_json(path / "config.json")
+    meta = cfg.pop("_run", {})
+
+    def jl(name):
+        return read_jsonl(path / name) if (path / name).is_file() else []
+
+    return Run(path=path, config=cfg, reward_names=tuple(meta.get("reward_names", ())),
+               lam=tuple(meta.get("lam", ())), sigmas=tuple(meta.get("sigmas", ())), metrics=jl("metrics.jsonl"),
+               weights=jl("weights.jsonl"),
+               evals=jl("eval.jsonl"))

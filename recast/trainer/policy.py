@@ -1,0 +1,125 @@
+"""The trained policy and its cheap companions: old policy, EMA and frozen reference.
+
+Only the trainable parameters are ever copied. With LoRA (rank > 0) that is the adapter weights: the old policy and
+the EMA are two extra copies of them, and the frozen reference is the base model with adapters disabled. With full
+fine-tuning (rank 0) every transformer parameter is trainable, and the reference is a copy made only when asked for.
+Companions are used by swapping their values into the live parameters for a no-grad forward pass (`Policy.use`).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+__all__ = ["LORA_TARGETS", "Policy", "old_decay"]
+
+# SD3 joint-attention projections (image stream and text stream), as in DiffusionNFT / Flow-GRPO.
+LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
+
+
+def old_decay(step: int, rate: float = 0.001, max_decay: float = 0.5) -> float:
+    """DiffusionNFT's old-policy decay d = min(rate * step, max_decay) (0 at step 0: old = current)."""
+    return min(rate * step, max_decay)
+
+
+class Policy:
+    """Trainable parameters of a transformer plus old-policy, EMA and reference copies.
+
+    Args:
+        transformer: the diffusers SD3 transformer (modified in place: LoRA added, base frozen).
+        lora_rank: LoRA rank on `LORA_TARGETS`; 0 = full fine-tuning.
+        lora_alpha: LoRA alpha.
+        seed: seeds the LoRA initialisation (the global RNG is left untouched).
+        keep_ref: keep a frozen reference (needed for kl_beta > 0; free with LoRA).
+    """
+
+    def __init__(self, transformer: torch.nn.Module, *, lora_rank: int = 8, lora_alpha: float = 16.0, seed: int = 0,
+                 keep_ref: bool = False):
+        self.transformer = transformer
+        self.lora = lora_rank > 0
+        if self.lora:
+            from peft import LoraConfig
+
+            present = {n.rsplit(".", 1)[-1] for n, _ in transformer.named_modules()} | {
+                ".".join(n.rsplit(".", 2)[-2:]) for n, _ in transformer.named_modules()}
+            targets = [t for t in LORA_TARGETS if t in present]
+            transformer.requires_grad_(False)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                transformer.add_adapter(LoraConfig(r=lora_rank, lora_alpha=lora_alpha, init_lora_weights="gaussian",
+                                                   target_modules=targets))
+        else:
+            transformer.requires_grad_(True)
+        named = [(n, p) for n, p in transformer.named_parameters() if p.requires_grad]
+        if not named:
+            raise ValueError("no trainable parameters: LoRA found none of its target modules")
+        self.names = [n for n, _ in named]
+        self.params = [p for _, p in named]
+        self.old = [p.detach().clone() for p in self.params]
+        self.ema = [p.detach().clone() for p in self.params]
+        self.ref = [p.detach().clone() for p in self.params] if keep_ref and not self.lora else None
+
+    @property
+    def num_trainable(self) -> int:
+        """Number of trainable scalars."""
+        return sum(p.numel() for p in self.params)
+
+    @contextmanager
+    def use(self, which: str):
+        """Temporarily run the transformer as "old", "ema" or "ref" (no-grad forwards only inside).
+
+        With LoRA the reference is the base model (adapters disabled); otherwise values are swapped in and restored
+        bit for bit on exit.
+        """
+        if which == "ref" and self.lora:
+            self.transformer.disable_adapters()
+            try:
+                yield self.transformer
+            finally:
+                self.transformer.enable_adapters()
+            return
+        src = {"old": self.old, "ema": self.ema, "ref": self.ref}.get(which)
+        if src is None:
+            raise ValueError(f"unknown or unavailable companion {which!r} (ref needs keep_ref=True)")
+        backup = [p.detach().clone() for p in self.params]
+        with torch.no_grad():
+            for p, s in zip(self.params, src):
+                p.copy_(s)
+        try:
+            yield self.transformer
+        finally:
+            with torch.no_grad():
+                for p, b in zip(self.params, backup):
+                    p.copy_(b)
+
+    @torch.no_grad()
+    def update_old(self, decay: float) -> None:
+        """theta_old <- decay * theta_old + (1 - decay) * theta."""
+        for o, p in zip(self.old, self.params):
+            o.mul_(decay).add_(p.detach(), alpha=1.0 - decay)
+
+    @torch.no_grad()
+    def update_ema(self, decay: float) -> None:
+        """ema <- decay * ema + (1 - decay) * theta."""
+        for e, p in zip(self.ema, self.params):
+            e.mul_(decay).add_(p.detach(), alpha=1.0 - decay)
+
+    def state_dict(self) -> dict:
+        """CPU copies of the trainable parameters, old policy, EMA (and reference for full fine-tuning)."""
+        def pack(ts):
+            return None if ts is None else {n: t.detach().cpu().clone() for n, t in zip(self.names, ts)}
+
+        return {"names": list(self.names), "params": pack(self.params), "old": pack(self.old), "ema": pack(self.ema),
+                "ref": pack(self.ref)}
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict) -> None:
+        """Restore from `state_dict`; raises ValueError if the parameter names differ (another LoRA config)."""
+        if list(state["names"]) != self.names:
+            raise ValueError("checkpoint parameters do not match this model (different lora_rank or world?)")
+        for key, dst in (("params", self.params), ("old", self.old), ("ema", self.ema), ("ref", self.ref)):
+            if dst is None or state.get(key) is None:
+                continue
+            for n, t in zip(self.names, dst):
+                t.copy_(state[key][n].to(t.device))

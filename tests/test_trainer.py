@@ -1,0 +1,162 @@
+"""The online loop on the ci preset: every backend and method runs, ReCAST with one reward equals the baseline,
+bad input fails before any compute, and a NaN loss stops the run with the last checkpoint intact."""
+
+import pytest
+import torch
+
+from recast.config import preset
+from recast.trainer import NonFiniteLossError, Trainer, load_run, train
+
+
+def _params(trainer):
+    return [p.detach().clone() for p in trainer.policy.params]
+
+
+@pytest.mark.parametrize("backend", ["nft", "grpo"])
+@pytest.mark.parametrize("method", ["recast", "uniform", "reward_sum", "fixed"])
+def test_ci_iterations_run(tmp_path, backend, method):
+    T = 4
+    fixed = ((0.25, 0.25, 0.0, 0.0), (0.0, 0.0, 0.25, 0.25)) if method == "fixed" else ()
+    cfg = preset("ci", backend=backend, method=method, iterations=2, rewards=("color", "position"), lam=(1.0, 1.0),
+                 fixed_W=fixed, num_steps=T, train_columns=2)
+    tr = Trainer(cfg, tmp_path)
+    before = _params(tr)
+    run = tr.run()
+    assert len(run.metrics) == 2 and run.reward_names == ("color", "position")
+    rec = run.metrics[-1]
+    assert all(rec[f"time/{p}"] >= 0 for p in ("sampling", "rewards", "optimisation"))
+    W = torch.tensor(rec["W"], dtype=torch.float64)
+    assert W.shape == ((1, T) if method == "reward_sum" else (2, T))
+    torch.testing.assert_close(W.sum(0), torch.full((T,), 1 / T, dtype=torch.float64))
+    assert any(not torch.equal(a, b) for a, b in zip(before, tr.policy.params)), "training must move the params"
+    if method == "recast":
+        assert len(run.weights) == 2 and rec["D"] is not None
+        rows = torch.tensor(run.weights[-1]["W"], dtype=torch.float64).sum(1)
+        torch.testing.assert_close(rows, torch.tensor([0.5, 0.5], dtype=torch.float64))
+    assert (tmp_path / "checkpoint.pt").is_file() and list((tmp_path / "grids").glob("*.png"))
+
+
+def test_recast_with_one_reward_equals_uniform(tmp_path):
+    runs = {}
+    for method in ("recast", "uniform"):
+        cfg = preset("ci", method=method, iterations=3, rewards=("color",), train_columns=3)
+        tr = Trainer(cfg, tmp_path / method)
+        tr.run()
+        runs[method] = tr
+    for a, b in zip(runs["recast"].policy.params, runs["uniform"].policy.params):
+        assert torch.equal(a, b)
+    for a, b in zip(runs["recast"].policy.ema, runs["uniform"].policy.ema):
+        assert torch.equal(a, b)
+
+
+def test_nan_loss_stops_and_keeps_checkpoint(tmp_path):
+    cfg = preset("ci", iterations=1, rewards=("color",))
+    train(cfg, tmp_path)
+    good = (tmp_path / "checkpoint.pt").read_bytes()
+    tr = Trainer(cfg.replace(iterations=3, checkpoint_every=1), tmp_path, resume=True)
+    tr.rewards[0] = lambda images, prompts: torch.full((images.shape[0],), float("nan"))
+    with pytest.raises(NonFiniteLossError, match="non-finite"):
+        tr.run()
+    assert (tmp_path / "checkpoint.pt").read_bytes() == good
+    assert len(load_run(tmp_path).metrics) == 1
+
+
+@pytest.mark.parametrize("over, err, msg", [
+    (dict(setting="nope"), ValueError, "unknown setting"),
+    (dict(rewards=("color", "bogus")), ValueError, "unknown reward"),
+    (dict(lam=(1.0, 2.0)), ValueError, "4 rewards"),
+    (dict(lam=(1.0, -1.0, 0.0, 0.0)), ValueError, ">= 0"),
+    (dict(lam=(0.0, 0.0, 0.0, 0.0)), ValueError, "all zero"),
+    (dict(batch_size=5), ValueError, "does not divide"),
+    (dict(method="fixed"), ValueError, "fixed_W"),
+    (dict(method="fixed", fixed_W=((1.0,),)), ValueError, "shape"),
+    (dict(method="magic"), ValueError, "unknown method"),
+    (dict(world="/nonexistent/world"), FileNotFoundError, "no digit world"),
+    (dict(nft_beta=0.0), ValueError, "nft_beta"),
+])
+def test_bad_input_raises_before_compute(tmp_path, over, err, msg):
+    with pytest.raises(err, match=msg):
+        Trainer(preset("ci", **over), tmp_path)
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_bad_out_dir_and_resume(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(PermissionError, match="not writable"):
+        Trainer(preset("ci"), blocker / "run")
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        Trainer(preset("ci"), tmp_path / "empty", resume=True)
+    train(preset("ci", iterations=1), tmp_path / "run")
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        Trainer(preset("ci", iterations=1), tmp_path / "run")
+    with pytest.raises(ValueError, match="nft_beta"):
+        Trainer(preset("ci", iterations=2, nft_beta=0.5), tmp_path / "run", resume=True)
+
+
+def _tiny_inputs():
+    from recast.digits.world import tiny_world
+
+    w = tiny_world(0)
+    torch.set_num_threads(1)
+    embeds = w.encode_prompts(["a red small 3 at the top left"] * 2)
+    x = torch.randn(2, *w.sample_shape, generator=torch.Generator().manual_seed(0))
+    return w, embeds, x
+
+
+@pytest.mark.parametrize("lora_rank", [4, 0])
+def test_policy_companions(lora_rank):
+    from recast.sampling import predict_velocity
+    from recast.trainer.policy import Policy, old_decay
+
+    w, e, x = _tiny_inputs()
+
+    def v(tr=None):
+        with torch.no_grad():
+            return predict_velocity(tr or w.transformer, x, 0.5, e)
+
+    base = v()
+    pol = Policy(w.transformer, lora_rank=lora_rank, lora_alpha=8.0, keep_ref=True)
+    assert pol.lora == (lora_rank > 0) and pol.num_trainable > 0
+    assert torch.equal(v(), base) or lora_rank == 0  # LoRA starts as the identity (B = 0)
+    with torch.no_grad():
+        for p in pol.params:
+            p.add_(0.05 * torch.randn_like(p))
+    moved = v()
+    assert not torch.equal(moved, base)
+    with pol.use("ref") as tr:
+        torch.testing.assert_close(v(tr), base)
+    with pol.use("old") as tr:
+        torch.testing.assert_close(v(tr), base)
+    assert torch.equal(v(), moved), "companions must be swapped out bit-exactly"
+    # old <- d old + (1 - d) theta
+    before = [o.clone() for o in pol.old]
+    d = old_decay(300, 0.001, 0.5)
+    assert d == 0.3 and old_decay(10_000) == 0.5
+    pol.update_old(d)
+    for o, b, p in zip(pol.old, before, pol.params):
+        torch.testing.assert_close(o, d * b + (1 - d) * p.detach())
+    # state round trip
+    state = pol.state_dict()
+    with torch.no_grad():
+        for p in pol.params:
+            p.zero_()
+    pol.load_state_dict(state)
+    assert torch.equal(v(), moved)
+
+
+def test_full_finetune_with_kl_runs(tmp_path):
+    run = train(preset("ci", iterations=1, lora_rank=0, kl_beta=0.1, rewards=("color",)), tmp_path)
+    assert run.metrics[-1]["loss/kl"] >= 0
+
+
+def test_grad_accum_gives_the_same_step(tmp_path):
+    trainers = []
+    for accum in (1, 2):
+        tr = Trainer(preset("ci", iterations=1, grad_accum=accum, rewards=("color", "size")), tmp_path / str(accum))
+        tr.run()
+        trainers.append(tr)
+    for a, b in zip(*(t.policy.params for t in trainers)):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+    run = load_run(tmp_path / "1")
+    assert run.W_at(1)[0] == 1 and run.D_at(1)[1].shape == (2, 5)
