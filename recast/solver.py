@@ -16,7 +16,7 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["ConvergenceError", "solve_weights", "static_weights", "gain_profiles"]
+__all__ = ["ConvergenceError", "check_budgets", "solve_weights", "static_weights", "gain_profiles"]
 
 
 class ConvergenceError(RuntimeError):
@@ -33,19 +33,31 @@ def _as_float64(x, name: str) -> torch.Tensor:
         raise ValueError(f"{name} must be numeric, got {type(x).__name__}: {err}") from None
 
 
-def _check_budgets(budgets, K: int | None = None) -> torch.Tensor:
-    """Validate λ: 1-D, finite, ≥ 0, Σ > 0, and of length K when K is given."""
-    lam = _as_float64(budgets, "budgets")
+def check_budgets(budgets, K: int | None = None, name: str = "budgets") -> torch.Tensor:
+    """Validate λ: 1-D, finite, ≥ 0, Σ > 0, and of length K when K is given.
+
+    Args:
+        budgets: λ as a tensor or array-like.
+        K: the number of rewards it must match, or None.
+        name: what the caller calls λ, so the error speaks the caller's language.
+
+    Returns:
+        λ as a float64 CPU tensor (not normalised).
+
+    Raises:
+        ValueError: naming the problem (shape, length, NaN/inf, a negative entry, all zero).
+    """
+    lam = _as_float64(budgets, name)
     if lam.ndim != 1:
-        raise ValueError(f"budgets must be 1-D (K,), got shape {tuple(lam.shape)}")
+        raise ValueError(f"{name} must be 1-D (K,), got shape {tuple(lam.shape)}")
     if K is not None and lam.numel() != K:
-        raise ValueError(f"budgets has length {lam.numel()} but gains has K={K} rows (one budget per reward)")
+        raise ValueError(f"{name} has length {lam.numel()} but there are K={K} rewards: give one budget per reward")
     if not torch.isfinite(lam).all():
-        raise ValueError(f"budgets contain NaN or inf: {lam.tolist()}")
+        raise ValueError(f"{name} contain NaN or inf: {lam.tolist()}")
     if (lam < 0).any():
-        raise ValueError(f"budgets must be >= 0, got {lam.tolist()}")
+        raise ValueError(f"{name} must be >= 0, got {lam.tolist()}")
     if lam.sum() <= 0:
-        raise ValueError("budgets are all zero: at least one reward needs a positive budget")
+        raise ValueError(f"{name} are all zero: at least one reward needs a positive budget")
     return lam
 
 
@@ -61,7 +73,7 @@ def static_weights(budgets, T: int) -> torch.Tensor:
     """
     if int(T) != T or T < 1:
         raise ValueError(f"T must be a positive integer, got {T}")
-    lam = _check_budgets(budgets)
+    lam = check_budgets(budgets)
     return (lam / T)[:, None].expand(-1, int(T)).clone()
 
 
@@ -121,7 +133,7 @@ def solve_weights(
         raise ValueError("gains contain NaN or inf")
     if (g < 0).any():
         raise ValueError(f"gains must be >= 0, found min {g.min().item():.3g}")
-    lam = _check_budgets(budgets, K)
+    lam = check_budgets(budgets, K)
     if not (temperature > 0):  # also rejects NaN
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if not (floor > 0) or not math.isfinite(floor):

@@ -129,7 +129,7 @@ def test_accepts_lists_numpy_and_tensors_alike():
         ([[1.0, -0.1]], [1.0], {}, "gains must be >= 0"),
         ([1.0, 2.0], [1.0], {}, "2-D"),
         (np.zeros((2, 0)), [1.0, 1.0], {}, "T >= 1"),
-        ([[1.0, 2.0]], [1.0, 1.0], {}, "length 2 but gains has K=1"),
+        ([[1.0, 2.0]], [1.0, 1.0], {}, "length 2 but there are K=1 rewards"),
         ([[1.0, 2.0], [1.0, 1.0]], [0.0, 0.0], {}, "all zero"),
         ([[1.0, 2.0], [1.0, 1.0]], [-0.5, 1.0], {}, "budgets must be >= 0"),
         ([[1.0, 2.0], [1.0, 1.0]], [float("nan"), 1.0], {}, "budgets contain NaN"),

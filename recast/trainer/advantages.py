@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from recast.solver import check_budgets
+
 __all__ = [
     "Advantages",
     "normalise_budgets",
@@ -56,15 +58,7 @@ def normalise_budgets(lam, K: int) -> torch.Tensor:
     """
     if lam is None or len(lam) == 0:
         return torch.full((K,), 1.0 / K, dtype=torch.float64)
-    t = torch.as_tensor(list(lam) if not isinstance(lam, torch.Tensor) else lam, dtype=torch.float64).flatten()
-    if t.numel() != K:
-        raise ValueError(f"lam has {t.numel()} entries but there are {K} rewards: give one budget per reward")
-    if not torch.isfinite(t).all():
-        raise ValueError(f"lam contains NaN or inf: {t.tolist()}")
-    if (t < 0).any():
-        raise ValueError(f"lam must be >= 0, got {t.tolist()}")
-    if t.sum() <= 0:
-        raise ValueError("lam is all zero: give at least one reward a positive budget")
+    t = check_budgets(torch.as_tensor(lam, dtype=torch.float64).flatten(), K, name="lam")
     return t / t.sum()
 
 
