@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 demo: $(STAMP)
-	mkdir -p runs && $(BIN)/papermill notebooks/01_weight_solver.ipynb runs/01_weight_solver.ipynb
+	$(BIN)/python -m recast demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest --nbmake tests notebooks
