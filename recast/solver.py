@@ -146,14 +146,15 @@ def solve_weights(
         raise ValueError(f"uniform_mix must be in [0, 1], got {uniform_mix}")
 
     static = (lam / T)[:, None].expand(K, T)
-    active = lam > 0
-    W = torch.zeros(K, T, dtype=torch.float64)
-    if K == 1 or T == 1 or active.sum() == 1 or math.isinf(temperature):
-        # The marginals alone pin W down (one reward or one step), or τ = inf flattens the kernel to a constant.
-        W = static.clone()
-    else:
+    # Rows whose budget is below what `tol` can resolve keep the static λ_k/T: they add the same amount to every
+    # column, so the other rows still face equal column targets, and they keep the solver away from log(1e-38).
+    active = lam > 1e-3 * tol
+    W = static.clone()
+    if not (K == 1 or T == 1 or active.sum() <= 1 or math.isinf(temperature)):
+        # (otherwise the marginals alone pin W down, or τ = inf flattens the kernel to a constant)
         log_kernel = torch.log(gain_profiles(g[active]) + floor) / temperature
-        W[active] = _sinkhorn(log_kernel, torch.log(lam[active]), math.log(lam.sum().item() / T), tol, max_iter)
+        W[active] = _sinkhorn(log_kernel, torch.log(lam[active]), math.log(lam[active].sum().item() / T), tol,
+                              max_iter)
     if uniform_mix > 0:
         W = (1.0 - uniform_mix) * W + uniform_mix * static
     return W
@@ -188,13 +189,22 @@ def _sinkhorn(log_kernel: torch.Tensor, log_rows: torch.Tensor, log_col: float, 
         if sweeps <= 50:
             u = u + log_rows - torch.log(W.sum(dim=1))
         else:
-            grad = W.sum(dim=1) - rows
-            hess = torch.diag(W.sum(dim=1)) - (W @ W.T) / col
-            step = -torch.linalg.lstsq(hess, grad[:, None], rcond=1e-13).solution[:, 0]
-            f0, t = dual(u), 1.0
-            while dual(u + t * step) > f0 + 1e-4 * t * (grad @ step) and t > 1e-10:
-                t *= 0.5
-            u = u + t * step
+            row_sums = W.sum(dim=1)
+            grad = row_sums - rows
+            # Jacobi-preconditioned Newton system: rows of very different mass stay well conditioned.
+            d = row_sums.clamp_min(1e-300).rsqrt()
+            hess = torch.eye(len(rows), dtype=W.dtype) - d[:, None] * (W @ W.T) * d[None, :] / col
+            step = -d * torch.linalg.lstsq(hess, (d * grad)[:, None], rcond=1e-13).solution[:, 0]
+            # Near the optimum F's decrease (~ err²) drops below float64 resolution of F itself, so an Armijo search
+            # on F would shrink every step to nothing: take the full step whenever it lowers the row error.
+            if (weights(u + step).sum(dim=1) - rows).abs().max().item() < err:
+                u = u + step
+            else:
+                f0, t = dual(u), 1.0
+                while dual(u + t * step) > f0 + 1e-4 * t * (grad @ step) and t > 1e-10:
+                    t *= 0.5
+                # No descent along Newton's direction: a Sinkhorn sweep always makes progress on the dual.
+                u = u + t * step if t > 1e-10 else u + log_rows - torch.log(row_sums)
         W = weights(u)
     raise ConvergenceError(
         f"weight solver did not reach tol={tol:g} in max_iter={max_iter} iterations "
