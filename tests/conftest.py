@@ -4,6 +4,12 @@ import os
 import tempfile
 
 import pytest
+from hypothesis import settings
+
+# CI replays a fixed set of examples (a green main stays green); local runs keep exploring new ones.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 # Notebooks and library code write figures through recast.plotting.savefig; under test they go to a scratch folder
 # so a test run never overwrites the committed figures/.
