@@ -13,7 +13,8 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-__all__ = ["to_jsonable", "atomic_write_bytes", "write_json", "read_json", "append_jsonl", "read_jsonl", "write_csv"]
+__all__ = ["to_jsonable", "current_umask", "atomic_write_bytes", "write_json", "read_json", "append_jsonl", "read_jsonl",
+           "write_csv"]
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -46,12 +47,20 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes private (0600) files; give the mode open() would have
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
     return path
+
+
+def current_umask() -> int:
+    """The process umask (read by setting and restoring it)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:

@@ -47,3 +47,14 @@ def test_notebooks_are_committed_without_outputs_and_have_one_parameters_cell():
         assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), f"{path.name} has outputs"
         tagged = [i for i, c in enumerate(code) if "parameters" in c.get("metadata", {}).get("tags", [])]
         assert tagged == [1], f"{path.name}: the parameters cell must be the second code cell, and the only one"
+
+
+def test_atomic_writes_get_the_mode_a_plain_open_would(tmp_path):
+    import os
+    import stat
+
+    from recast.io import atomic_write_bytes, current_umask
+
+    path = atomic_write_bytes(tmp_path / "x.json", b"{}")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~current_umask()
+    assert path.read_bytes() == b"{}" and not list(tmp_path.glob("*.tmp"))

@@ -24,7 +24,7 @@ from transformers import CLIPTextModelWithProjection, PreTrainedTokenizerFast
 
 from recast.digits.data import CANVAS, VOCAB, to_images
 from recast.digits.text import TextEncoderConfig, build_text_encoder, build_tokenizer, encode_text
-from recast.io import read_json, write_json
+from recast.io import current_umask, read_json, write_json
 from recast.sampling import PromptEmbeds
 
 __all__ = ["WorldConfig", "DigitWorld", "PromptEmbeds", "build_world", "tiny_world", "load_world", "save_world",
@@ -156,9 +156,7 @@ def save_world(world: DigitWorld, path: str | os.PathLike) -> Path:
         write_json(tmp / "world.json", meta)
         save_file(_state_dict(world.transformer), tmp / "transformer.safetensors")
         save_file(_state_dict(world.text_encoder), tmp / "text_encoder.safetensors")
-        for f in tmp.iterdir():  # mkstemp/mkdtemp create private files; a committed checkpoint is world-readable
-            f.chmod(0o644)
-        tmp.chmod(0o755)
+        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes a private (0700) folder; give the mode mkdir would have
         old = None
         if path.exists():
             old = path.parent / f".{path.name}.old-{os.getpid()}"
