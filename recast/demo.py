@@ -122,7 +122,7 @@ def run_demo(
     if figure_name:
         from recast.plotting import savefig
 
-        savefig(plot_demo(runs), figure_name)
+        savefig(plot_demo(runs, rows), figure_name)
     return result
 
 
@@ -147,8 +147,13 @@ def summarise(runs: dict[str, list[Path]]) -> list[dict]:
     return rows
 
 
-def plot_demo(runs: dict[str, list[Path]]):
-    """Three panels: weighted training reward (mean ± std over seeds), final eval per metric, the last ReCAST W."""
+def plot_demo(runs: dict[str, list[Path]], rows: list[dict] | None = None):
+    """Three panels: weighted training reward (mean ± std over seeds), final eval per metric, the last ReCAST W.
+
+    Args:
+        runs: method -> run directories, as in `DemoResult.runs`.
+        rows: `summarise(runs)` if already computed (it reads every run directory).
+    """
     import matplotlib.pyplot as plt
 
     from recast.plotting import plot_weights
@@ -166,7 +171,7 @@ def plot_demo(runs: dict[str, list[Path]]):
     ax.legend(frameon=False)
 
     ax = axes[1]
-    rows = summarise(runs)
+    rows = summarise(runs) if rows is None else rows
     metrics = [r["metric"] for r in rows if r["method"] == next(iter(runs))
                and (r["metric"].startswith("reward/") or r["metric"] in ("judge/strict", "judge/digit", "judge/color",
                                                                           "judge/position", "judge/size"))]
