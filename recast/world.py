@@ -1,0 +1,164 @@
+"""The world seam: what the trainer needs from a text-to-image model and its rewards, and a registry of worlds.
+
+A *world* bundles a flow-matching transformer with its text conditioning, its decoder to RGB, its prompt sets, its
+training rewards and its held-out judges. The trainer, the config and the generic notebooks talk to a world only
+through the `World` protocol below and get one from `load_world(spec)`; they never import a world package.
+
+Specs (the part before the first ``:`` picks the factory, the rest is its argument):
+
+    "digits:data/digit_base"   the digit world saved at that folder        (recast.worlds.digits)
+    "tiny"                     a random tiny digit world, for tests         (recast.worlds.digits)
+    "sd3:/path/or/hub-id"      a diffusers StableDiffusion3Pipeline         (recast.worlds.sd3)
+    "sd3-tiny"                 a random tiny SD3 pipeline, for tests        (recast.worlds.sd3.tiny)
+
+Factories are registered as ``"module:attribute"`` strings and imported on first use, so importing this module
+imports no world package (a test checks this).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from recast.sampling import PromptEmbeds
+
+__all__ = ["RewardFn", "World", "register_world", "world_prefixes", "load_world", "parse_spec", "sample_prompts"]
+
+RewardFn = Callable[[torch.Tensor, list[str]], torch.Tensor]  # (images (B, 3, H, W) in [0, 1], prompts) -> (B,)
+
+
+@runtime_checkable
+class World(Protocol):
+    """Everything the trainer uses from a world, and nothing more.
+
+    Attributes:
+        transformer: the trained module, called as `recast.sampling.predict_velocity(transformer, x, sigma, embeds)`
+            (an SD3Transformer2DModel or anything with its call signature).
+        sample_shape: (C, H, W) of one model-space sample (pixels for the digit world, VAE latents for SD3).
+        reward_settings: named reward sets, e.g. {"compose": ("digit", "color", ...)}; every name is valid for
+            `reward`.
+    """
+
+    transformer: torch.nn.Module
+    sample_shape: tuple[int, int, int]
+    reward_settings: dict[str, tuple[str, ...]]
+
+    def encode_prompts(self, prompts: Sequence[str]) -> PromptEmbeds:
+        """Conditioning for B prompts: encoder_hidden_states (B, L, D), pooled_projections (B, P)."""
+
+    def decode(self, x: torch.Tensor) -> torch.Tensor:
+        """Model-space samples (B, C, H, W) -> RGB images (B, 3, H', W') in [0, 1]."""
+
+    def to(self, device: str | torch.device) -> World:
+        """Move every module to `device` (in place); returns self."""
+
+    def freeze(self) -> None:
+        """Stop gradients into everything but `transformer` (text encoders, VAE)."""
+
+    def prompts(self, split: str) -> list[str]:
+        """The prompt texts of a split ("train" or "test"), in a fixed order; ValueError for an unknown split."""
+
+    def reward(self, name: str, device: str | torch.device) -> RewardFn:
+        """A training reward by name (heavy setup happens here); ValueError naming the valid names."""
+
+    def evaluate(self, images: torch.Tensor, prompts: list[str], *, seed: int = 0) -> dict[str, float]:
+        """Held-out judges of images (B, 3, H, W) in [0, 1]: {judge name: value}; `seed` fixes any sampling inside."""
+
+
+# prefix -> factory or "module:attribute"; the factory is called as factory(arg) with arg the text after "prefix:"
+# (None for a bare prefix) and returns a World.
+_REGISTRY: dict[str, Callable[[str | None], World] | str] = {
+    "digits": "recast.worlds.digits:load",
+    "tiny": "recast.worlds.digits:tiny",
+    "sd3": "recast.worlds.sd3:load_sd3_world",
+    "sd3-tiny": "recast.worlds.sd3.tiny:tiny_sd3_world",
+}
+_NEEDS_ARG = {"digits", "sd3"}  # prefixes whose spec must name a path (or hub id)
+
+
+def register_world(prefix: str, factory: Callable[[str | None], World] | str, *, needs_arg: bool = False) -> None:
+    """Add (or replace) a world factory under `prefix`.
+
+    Args:
+        prefix: the spec's text before ":" (no ":" or whitespace in it).
+        factory: `factory(arg) -> World`, or a lazy "module:attribute" string naming one.
+        needs_arg: the spec must carry an argument ("prefix:ARG").
+    """
+    if not prefix or ":" in prefix or any(c.isspace() for c in prefix):
+        raise ValueError(f"world prefix must be non-empty without ':' or whitespace, got {prefix!r}")
+    _REGISTRY[prefix] = factory
+    _NEEDS_ARG.discard(prefix)
+    if needs_arg:
+        _NEEDS_ARG.add(prefix)
+
+
+def world_prefixes() -> tuple[str, ...]:
+    """Registered spec prefixes."""
+    return tuple(_REGISTRY)
+
+
+def parse_spec(spec: str) -> tuple[str, str | None]:
+    """Split a world spec into (prefix, argument), validating the prefix.
+
+    Raises:
+        ValueError: empty spec, unknown prefix, or a missing/extra argument; the message lists the valid prefixes.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"world spec must be a non-empty string, got {spec!r}; valid prefixes: {_valid()}")
+    prefix, sep, arg = spec.partition(":")
+    if prefix not in _REGISTRY:
+        raise ValueError(f"unknown world spec {spec!r}; valid prefixes: {_valid()}")
+    if prefix in _NEEDS_ARG and not arg:
+        raise ValueError(f"world spec {spec!r} needs a path: {prefix}:PATH (valid prefixes: {_valid()})")
+    return prefix, (arg if sep else None)
+
+
+def _valid() -> str:
+    return ", ".join(f"{p}:PATH" if p in _NEEDS_ARG else p for p in _REGISTRY)
+
+
+def _resolve(factory: Callable | str) -> Callable:
+    if callable(factory):
+        return factory
+    module, _, attr = factory.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _looks_like_hub_id(arg: str) -> bool:
+    """'org/name' with no other slashes and no leading '.', '/' or '~' (diffusers' own rule of thumb)."""
+    return arg.count("/") == 1 and not arg.startswith((".", "/", "~")) and all(arg.split("/"))
+
+
+def load_world(spec: str, **kwargs) -> World:
+    """Build the world a spec names (see the module docstring); keyword arguments go to its factory.
+
+    Raises:
+        ValueError: unknown prefix or malformed spec (naming the valid prefixes).
+        FileNotFoundError: the spec names a path that does not exist (hub ids are allowed for "sd3").
+    """
+    prefix, arg = parse_spec(spec)
+    if arg is not None and prefix in _NEEDS_ARG and not Path(arg).exists():
+        if not (prefix == "sd3" and _looks_like_hub_id(arg)):
+            raise FileNotFoundError(f"world spec {spec!r}: no such path {arg!r} (valid prefixes: {_valid()})")
+    world = _resolve(_REGISTRY[prefix])(arg, **kwargs)
+    if not isinstance(world, World):
+        raise TypeError(f"world factory for {prefix!r} returned {type(world).__name__}, which is not a World")
+    return world
+
+
+def sample_prompts(world: World, n: int, *, split: str = "train",
+                   generator: torch.Generator | None = None) -> list[str]:
+    """`n` prompts drawn uniformly with replacement from `world.prompts(split)`.
+
+    Draws the same indices (one `torch.randint` of shape (n,)) as the digit world's own `sample_prompts`, so the
+    trainer's RNG stream is unchanged by going through the protocol.
+    """
+    pool = world.prompts(split)
+    if not pool:
+        raise ValueError(f"world has no prompts in split {split!r}")
+    idx = torch.randint(len(pool), (n,), generator=generator)
+    return [pool[i] for i in idx.tolist()]

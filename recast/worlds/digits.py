@@ -1,0 +1,90 @@
+"""The digit world behind the `recast.world.World` protocol.
+
+A thin adapter: every call forwards to the code the trainer uses today (`recast.digits.world.DigitWorld`,
+`recast.digits.data.prompt_set`, `recast.rewards`, `recast.judges`), so behaviour is unchanged bit for bit.
+`evaluate` returns the same numbers as `recast.trainer.evaluation._judge_scores`, without the "judge/" prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from recast.sampling import PromptEmbeds
+
+__all__ = ["DigitsWorld", "load", "tiny"]
+
+
+class DigitsWorld:
+    """`World` over a `recast.digits.world.DigitWorld`.
+
+    Args:
+        inner: the digit world (its modules are used in place, not copied).
+    """
+
+    def __init__(self, inner):
+        from recast import rewards
+
+        self.inner = inner
+        self.reward_settings: dict[str, tuple[str, ...]] = dict(rewards.SETTINGS)
+
+    @property
+    def transformer(self) -> torch.nn.Module:
+        return self.inner.transformer
+
+    @property
+    def text_encoder(self) -> torch.nn.Module:
+        return self.inner.text_encoder
+
+    @property
+    def sample_shape(self) -> tuple[int, int, int]:
+        return self.inner.sample_shape
+
+    def encode_prompts(self, prompts: Sequence[str]) -> PromptEmbeds:
+        return self.inner.encode_prompts(prompts)
+
+    def decode(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner.decode(x)
+
+    def to(self, device: str | torch.device) -> DigitsWorld:
+        self.inner.to(device)
+        return self
+
+    def freeze(self) -> None:
+        self.inner.text_encoder.requires_grad_(False)
+
+    def prompts(self, split: str) -> list[str]:
+        from recast.digits.data import prompt_set
+
+        return prompt_set(split)
+
+    def reward(self, name: str, device: str | torch.device):
+        from recast import rewards
+
+        return rewards.get(name)(device)
+
+    def evaluate(self, images: torch.Tensor, prompts: list[str], *, seed: int = 0) -> dict[str, float]:
+        """Strict / per-attribute accuracy, Fréchet distance, and (with repeated prompts) diversity."""
+        from recast import judges
+
+        images = images.cpu()
+        out = {k: float(v) for k, v in judges.judge_report(images, prompts).as_dict().items() if k != "n"}
+        out["fid"] = float(judges.fid(images, prompts, generator=torch.Generator().manual_seed(seed)))
+        if len(set(prompts)) < len(prompts):
+            out["diversity"] = float(judges.diversity(images, prompts))
+        return out
+
+
+def load(path: str | None = "data/digit_base", **_) -> DigitsWorld:
+    """The digit world saved at `path` ("digits:PATH")."""
+    from recast.digits.world import load_world
+
+    return DigitsWorld(load_world(path or "data/digit_base"))
+
+
+def tiny(arg: str | None = None, *, seed: int = 0, **_) -> DigitsWorld:
+    """A random tiny digit world ("tiny"; an optional "tiny:SEED" picks the seed)."""
+    from recast.digits.world import tiny_world
+
+    return DigitsWorld(tiny_world(int(arg) if arg else seed))
