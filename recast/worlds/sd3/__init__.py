@@ -1,0 +1,13 @@
+"""SD3 / SD3.5 at paper scale: a diffusers `StableDiffusion3Pipeline` behind `recast.world.World`.
+
+    world = recast.world.load_world("sd3:/models/sd3.5-medium")   # or "sd3-tiny" for a random tiny pipeline
+    add_lora(world.transformer)                                    # r32/alpha64 + the old policy as adapter "old"
+
+Submodules: `world` (loading, text cache, VAE, CFG), `lora` (adapters, old-policy decay, diffusers-format I/O),
+`tiny` (the offline test pipeline), `prompts` (prompt files, GenEval metadata), `rewards` (reward models),
+`vlm_judge` (pairwise LLM-as-a-judge).
+"""
+
+from recast.worlds.sd3.world import SD3Settings, SD3World, load_sd3_world
+
+__all__ = ["SD3Settings", "SD3World", "load_sd3_world"]

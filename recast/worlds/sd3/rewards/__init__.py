@@ -1,0 +1,106 @@
+"""SD3 reward registry: ``get(name)(device, root=..., weights_dir=...)`` returns ``(images, prompts) -> Tensor[B]``.
+
+Images are (B, 3, H, W) in [0, 1]; results are float32 (B,) on `device`. Factories load their model from
+`weights_dir` (default `root/<name>`, root "reward_ckpts") and fail fast, before building anything, with a
+FileNotFoundError naming the files they expect and where users usually get them. Nothing loads at import.
+
+Pointwise rewards score each image alone. Groupwise rewards score a prompt's whole group at once (samples sharing a
+prompt text): ``"rank:NAME"`` is the normalised rank of reward NAME within each group (0 lowest, 1 highest), and
+`groupwise(score_group)` wraps any group scorer. They carry ``reward.groupwise = True``.
+
+The paper's two four-reward settings (RECAST.md §1):
+
+- ``composition``: geneval + ocr + pickscore + clipscore: two rewards that judge layout and text (informative
+  early to mid denoising) with two that judge prompt-image agreement as a whole;
+- ``quality``: pickscore + hpsv2 + aesthetic + imagereward: four human-preference / aesthetics models that overlap
+  heavily, the case where one reward's variance silently dominates a raw sum.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+import torch
+
+from recast.worlds.sd3.rewards._common import RewardFn, check_batch, group_diversity, group_rank, groupwise
+
+__all__ = ["SETTINGS", "RewardFn", "get", "names", "groupwise", "group_rank", "group_diversity"]
+
+SETTINGS: dict[str, tuple[str, ...]] = {
+    "composition": ("geneval", "ocr", "pickscore", "clipscore"),
+    "quality": ("pickscore", "hpsv2", "aesthetic", "imagereward"),
+}
+
+
+def jpeg_compressibility(device="cpu", *, root=None, weights_dir=None, quality: int = 95):
+    """-(JPEG size in kB) of each image at `quality` (Flow-GRPO's model-free reward; higher = simpler image)."""
+    from PIL import Image
+
+    device = torch.device(device)
+
+    def reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        check_batch(images, prompts)
+        sizes = []
+        for im in images:
+            arr = (im.detach().float().clamp(0, 1).permute(1, 2, 0).cpu().numpy() * 255).round().astype("uint8")
+            buf = io.BytesIO()
+            Image.fromarray(arr).save(buf, format="JPEG", quality=quality)
+            sizes.append(-buf.tell() / 1000)
+        return torch.tensor(sizes, dtype=torch.float32, device=device)
+
+    return reward
+
+
+def _lazy(module: str, attr: str) -> Callable[..., RewardFn]:
+    def factory(device="cpu", **kw):
+        import importlib
+
+        return getattr(importlib.import_module(f"recast.worlds.sd3.rewards.{module}"), attr)(device, **kw)
+
+    factory.__name__ = attr
+    return factory
+
+
+_REGISTRY: dict[str, Callable[..., RewardFn]] = {
+    "pickscore": _lazy("clip", "pickscore"),
+    "clipscore": _lazy("clip", "clipscore"),
+    "hpsv2": _lazy("clip", "hpsv2"),
+    "aesthetic": _lazy("clip", "aesthetic"),
+    "imagereward": _lazy("imagereward", "imagereward"),
+    "ocr": _lazy("ocr", "ocr"),
+    "geneval": _lazy("geneval", "geneval"),
+    "jpeg": jpeg_compressibility,
+}
+
+
+def names() -> tuple[str, ...]:
+    """Registered pointwise reward names (each also works as ``rank:NAME``)."""
+    return tuple(_REGISTRY)
+
+
+def _rank_factory(base: str) -> Callable[..., RewardFn]:
+    def factory(device="cpu", **kw) -> RewardFn:
+        fn = _REGISTRY[base](device, **kw)
+        reward = groupwise(lambda images, prompt: group_rank(fn(images, [prompt] * len(images))))
+        device_ = torch.device(device)
+
+        def ranked(images, prompts):
+            return reward(images, prompts).to(device_)
+
+        ranked.groupwise = True
+        return ranked
+
+    return factory
+
+
+def get(name: str) -> Callable[..., RewardFn]:
+    """The factory of a reward: ``get(name)(device, **options) -> RewardFn``.
+
+    Raises:
+        ValueError: unknown name, listing the valid ones.
+    """
+    base = name[len("rank:"):] if name.startswith("rank:") else name
+    if base not in _REGISTRY:
+        raise ValueError(f"unknown SD3 reward {name!r}; valid: {', '.join(_REGISTRY)} (or rank:NAME)")
+    return _rank_factory(base) if base != name else _REGISTRY[name]

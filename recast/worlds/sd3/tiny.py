@@ -1,0 +1,91 @@
+"""A tiny random `StableDiffusion3Pipeline` built from config, offline, for tests and CPU notebooks.
+
+Every component has SD3's real class and wiring, only smaller: two `CLIPTextModelWithProjection` towers, a
+`T5EncoderModel`, an `SD3Transformer2DModel` with SD3.5's dual-attention layer and RMS q/k norm, a 16-channel
+`AutoencoderKL` with scaling and shift factors, and the flow-matching scheduler with SD3.5's shift 3. Tokenizers are
+a character-level CLIP BPE and a character-level T5 unigram built from a generated vocabulary, so nothing downloads.
+`save_tiny_pipeline(dir)` writes it with `save_pretrained`, so `load_sd3_world(dir)` exercises the real loader.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import torch
+
+__all__ = ["TINY_RESOLUTION", "build_tiny_pipeline", "save_tiny_pipeline", "tiny_sd3_world"]
+
+TINY_RESOLUTION = 32  # pixels per side; the tiny VAE downsamples by 2 -> 16x16 latents, 8x8 tokens at patch 2
+_CHARS = string.ascii_lowercase + string.digits + ".,'-"
+_CLIP_LEN = 16  # CLIP token positions (SD3 uses 77)
+_CLIP_DIM, _CLIP_PROJ, _T5_DIM = 16, 16, 32  # joint dim = T5 width >= 2 CLIP widths, pooled = 2 CLIP projections
+
+
+def _clip_tokenizer():
+    from transformers import CLIPTokenizer
+
+    vocab = {t: i for i, t in enumerate(["<|startoftext|>", "<|endoftext|>", *_CHARS, *(c + "</w>" for c in _CHARS)])}
+    return CLIPTokenizer(vocab=vocab, merges=[], model_max_length=_CLIP_LEN)
+
+
+def _t5_tokenizer():
+    from transformers import T5TokenizerFast
+
+    pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), *(("\u2581" + c, -1.0) for c in _CHARS),
+              *((c, -2.0) for c in _CHARS), ("\u2581", -3.0)]
+    return T5TokenizerFast(vocab=pieces, extra_ids=0, model_max_length=_CLIP_LEN)
+
+
+def _clip_text(vocab_size: int):
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+
+    return CLIPTextModelWithProjection(CLIPTextConfig(
+        vocab_size=vocab_size, hidden_size=_CLIP_DIM, intermediate_size=32, projection_dim=_CLIP_PROJ,
+        num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=_CLIP_LEN,
+        bos_token_id=0, eos_token_id=1, pad_token_id=1))  # eos != 2: CLIP pools at the first EOS
+
+
+def build_tiny_pipeline(seed: int = 0):
+    """A random tiny `StableDiffusion3Pipeline` (deterministic in `seed`; the global RNG is left untouched)."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, \
+        StableDiffusion3Pipeline
+    from transformers import T5Config, T5EncoderModel
+
+    tok, tok3 = _clip_tokenizer(), _t5_tokenizer()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        te, te2 = _clip_text(len(tok)), _clip_text(len(tok))
+        te3 = T5EncoderModel(T5Config(vocab_size=len(tok3), d_model=_T5_DIM, d_kv=8, d_ff=32, num_layers=1,
+                                      num_heads=2, relative_attention_num_buckets=8, pad_token_id=0,
+                                      eos_token_id=1, decoder_start_token_id=0))
+        transformer = SD3Transformer2DModel(
+            sample_size=TINY_RESOLUTION // 2, patch_size=2, in_channels=16, out_channels=16, num_layers=2,
+            attention_head_dim=8, num_attention_heads=2, joint_attention_dim=_T5_DIM, caption_projection_dim=16,
+            pooled_projection_dim=2 * _CLIP_PROJ, pos_embed_max_size=16, dual_attention_layers=(0,),
+            qk_norm="rms_norm")
+        vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
+                            up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(8, 16),
+                            layers_per_block=1, latent_channels=16, norm_num_groups=8, sample_size=TINY_RESOLUTION,
+                            scaling_factor=1.5305, shift_factor=0.0609, use_quant_conv=False,
+                            use_post_quant_conv=False)
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0)
+    return StableDiffusion3Pipeline(transformer=transformer, scheduler=scheduler, vae=vae, text_encoder=te,
+                                    tokenizer=tok, text_encoder_2=te2, tokenizer_2=tok, text_encoder_3=te3,
+                                    tokenizer_3=tok3)
+
+
+def save_tiny_pipeline(path: str | Path, seed: int = 0) -> Path:
+    """Build the tiny pipeline and `save_pretrained` it to `path` (a diffusers folder with model_index.json)."""
+    path = Path(path)
+    build_tiny_pipeline(seed).save_pretrained(path)
+    return path
+
+
+def tiny_sd3_world(arg: str | None = None, *, seed: int = 0, **kwargs):
+    """The "sd3-tiny" spec: an `SD3World` over the tiny pipeline, kept in memory (nothing written)."""
+    from recast.worlds.sd3.world import SD3Settings, SD3World
+
+    settings = kwargs.pop("settings", SD3Settings(resolution=TINY_RESOLUTION, max_sequence_length=_CLIP_LEN,
+                                                  dtype="float32"))
+    return SD3World(build_tiny_pipeline(int(arg) if arg else seed), settings, **kwargs)

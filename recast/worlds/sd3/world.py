@@ -1,0 +1,229 @@
+"""SD3 / SD3.5 as a `recast.world.World`: a diffusers `StableDiffusion3Pipeline` with cached text encoding.
+
+Model space is the VAE latent space, normalised as diffusers does: x = (z - shift_factor) * scaling_factor, so
+`decode(x)` runs `vae.decode(x / scaling_factor + shift_factor)`. Prompts are encoded once by the three text
+encoders (two CLIP, one T5; `pipe.encode_prompt`) and cached on CPU, so a fixed prompt set costs one pass.
+Rollouts are CFG-free by default, as in DiffusionNFT; `guided()` gives a transformer stand-in that applies
+classifier-free guidance when `guidance_scale > 1`.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from recast.sampling import PromptEmbeds
+
+__all__ = ["SD3Settings", "SD3World", "GuidedTransformer", "load_sd3_world", "DTYPES"]
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DATA_PROMPTS = Path(__file__).resolve().parents[3] / "data" / "prompts"
+
+
+@dataclass(frozen=True)
+class SD3Settings:
+    """How an SD3 world loads and runs (every field has a default fit for SD3.5-Medium at 512 px)."""
+
+    resolution: int = 512  # image side in pixels; latents are resolution / 8 per side for SD3
+    num_steps: int = 10  # sampling steps a caller should use (DiffusionNFT: 10)
+    shift: float = 3.0  # SD3.5's time shift of the sigma grid
+    guidance_scale: float = 1.0  # classifier-free guidance; 1.0 = CFG-free rollouts (DiffusionNFT's default)
+    negative_prompt: str = ""  # unconditional prompt for CFG
+    max_sequence_length: int = 256  # T5 tokens per prompt
+    dtype: str = "bfloat16"  # transformer and text encoders: bfloat16 | float16 | float32
+    vae_dtype: str = "float32"  # VAE (decoding in fp16 overflows on SD3's VAE; fp32 is safe)
+    drop_t5: bool = False  # load without the 4.7B T5 encoder (zeros in its place; saves ~9 GB in bf16)
+    gradient_checkpointing: bool = False  # trade compute for activation memory in the transformer
+    prompt_files: dict = field(default_factory=lambda: {"train": str(DATA_PROMPTS / "compose_train.jsonl"),
+                                                        "test": str(DATA_PROMPTS / "compose_test.jsonl")})  # split -> .txt/.jsonl
+    reward_root: str = "reward_ckpts"  # folder holding one subfolder per reward model (see rewards/README)
+    judges: tuple[str, ...] = ()  # held-out rewards reported by `evaluate` (never trained on)
+
+    def __post_init__(self):
+        for name in ("dtype", "vae_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ValueError(f"SD3Settings.{name}={getattr(self, name)!r}; valid: {', '.join(DTYPES)}")
+        if self.resolution <= 0 or self.num_steps < 1 or self.guidance_scale < 1.0:
+            raise ValueError(f"SD3Settings needs resolution > 0, num_steps >= 1, guidance_scale >= 1; got "
+                             f"{self.resolution=}, {self.num_steps=}, {self.guidance_scale=}")
+
+
+class GuidedTransformer:
+    """Transformer stand-in with classifier-free guidance: v = v_uncond + s (v_cond - v_uncond).
+
+    Called like `SD3Transformer2DModel` (so `recast.sampling` accepts it); runs one doubled batch.
+    """
+
+    def __init__(self, transformer, negative: PromptEmbeds, guidance_scale: float):
+        self.transformer, self.negative, self.scale = transformer, negative, guidance_scale
+
+    def __call__(self, *, hidden_states, timestep, encoder_hidden_states, pooled_projections, return_dict=False):
+        B = hidden_states.shape[0]
+        neg_h = self.negative.encoder_hidden_states.to(encoder_hidden_states).expand(B, -1, -1)
+        neg_p = self.negative.pooled_projections.to(pooled_projections).expand(B, -1)
+        v = self.transformer(hidden_states=torch.cat([hidden_states, hidden_states]),
+                             timestep=torch.cat([timestep, timestep]),
+                             encoder_hidden_states=torch.cat([neg_h, encoder_hidden_states]),
+                             pooled_projections=torch.cat([neg_p, pooled_projections]), return_dict=False)[0]
+        v_uncond, v_cond = v.chunk(2)
+        return (v_uncond + self.scale * (v_cond - v_uncond),)
+
+
+class SD3World:
+    """A `World` over a `StableDiffusion3Pipeline`.
+
+    Args:
+        pipe: the pipeline (its modules are used in place).
+        settings: loading and running options.
+    """
+
+    def __init__(self, pipe, settings: SD3Settings = SD3Settings()):
+        from recast.worlds.sd3.rewards import SETTINGS
+
+        self.pipe, self.settings = pipe, settings
+        self.reward_settings: dict[str, tuple[str, ...]] = dict(SETTINGS)
+        self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._prompt_sets: dict[str, list[str]] = {}
+        dt = DTYPES[settings.dtype]
+        for name in ("transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "vae"):
+            module, want = getattr(pipe, name, None), DTYPES[settings.vae_dtype] if name == "vae" else dt
+            if module is not None and module.dtype != want:
+                module.to(want)
+        if settings.gradient_checkpointing:
+            pipe.transformer.enable_gradient_checkpointing()
+        self.freeze()
+
+    # ---------------------------------------------------------------- World protocol
+    @property
+    def transformer(self) -> torch.nn.Module:
+        return self.pipe.transformer
+
+    @property
+    def device(self) -> torch.device:
+        return self.pipe.transformer.device
+
+    @property
+    def sample_shape(self) -> tuple[int, int, int]:
+        side = self.settings.resolution // self.pipe.vae_scale_factor
+        return (self.pipe.transformer.config.in_channels, side, side)
+
+    def to(self, device: str | torch.device) -> SD3World:
+        self.pipe.to(device)
+        return self
+
+    def freeze(self) -> None:
+        for name in ("vae", "text_encoder", "text_encoder_2", "text_encoder_3"):
+            module = getattr(self.pipe, name, None)
+            if module is not None:
+                module.requires_grad_(False).eval()
+
+    @torch.no_grad()
+    def encode_prompts(self, prompts: Sequence[str], batch_size: int = 64) -> PromptEmbeds:
+        """SD3 conditioning (B, L, D) and (B, P) in the transformer's dtype, on its device (no gradients).
+
+        Each distinct prompt is encoded once and cached (on CPU); `batch_size` bounds one encoder pass.
+        """
+        prompts = list(prompts)
+        missing = list(dict.fromkeys(p for p in prompts if p not in self._cache))
+        for i in range(0, len(missing), batch_size):
+            chunk = missing[i:i + batch_size]
+            hidden, _, pooled, _ = self.pipe.encode_prompt(
+                prompt=chunk, prompt_2=None, prompt_3=None, device=self.device, do_classifier_free_guidance=False,
+                max_sequence_length=self.settings.max_sequence_length)
+            for p, h, q in zip(chunk, hidden.cpu(), pooled.cpu()):
+                self._cache[p] = (h, q)
+        dt = self.transformer.dtype
+        hidden = torch.stack([self._cache[p][0] for p in prompts]).to(self.device, dt)
+        pooled = torch.stack([self._cache[p][1] for p in prompts]).to(self.device, dt)
+        return PromptEmbeds(hidden, pooled)
+
+    def decode(self, x: torch.Tensor) -> torch.Tensor:
+        """Latents (B, C, h, w) -> images (B, 3, h * f, w * f) float32 in [0, 1] (f = the VAE's scale factor)."""
+        vae = self.pipe.vae
+        z = x.to(vae.dtype) / vae.config.scaling_factor + (vae.config.shift_factor or 0.0)
+        return (vae.decode(z, return_dict=False)[0].float() / 2 + 0.5).clamp(0, 1)
+
+    def encode_images(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Images (B, 3, H, W) in [0, 1] -> model-space latents (a sample of the VAE posterior), float32."""
+        vae = self.pipe.vae
+        dist = vae.encode((images * 2 - 1).to(vae.device, vae.dtype)).latent_dist
+        z = dist.sample(generator) if generator is not None else dist.mode()
+        return ((z - (vae.config.shift_factor or 0.0)) * vae.config.scaling_factor).float()
+
+    def prompts(self, split: str) -> list[str]:
+        if split not in self.settings.prompt_files:
+            raise ValueError(f"unknown prompt split {split!r}; SD3Settings.prompt_files has "
+                             f"{', '.join(self.settings.prompt_files)}")
+        if split not in self._prompt_sets:
+            from recast.worlds.sd3.prompts import load_prompts
+
+            self._prompt_sets[split] = load_prompts(self.settings.prompt_files[split])
+        return self._prompt_sets[split]
+
+    def reward(self, name: str, device: str | torch.device):
+        from recast.worlds.sd3 import rewards
+
+        return rewards.get(name)(device, root=self.settings.reward_root)
+
+    def evaluate(self, images: torch.Tensor, prompts: list[str], *, seed: int = 0) -> dict[str, float]:
+        """Mean of each held-out judge in `settings.judges`, and the within-prompt pixel diversity."""
+        from recast.worlds.sd3.rewards import group_diversity
+
+        out = {name: float(self.reward(name, images.device)(images, prompts).float().mean())
+               for name in self.settings.judges}
+        if len(set(prompts)) < len(prompts):
+            out["diversity"] = float(group_diversity(images, prompts))
+        return out
+
+    # ---------------------------------------------------------------- SD3 extras
+    def guided(self, transformer=None):
+        """The transformer to sample with: itself when CFG-free, else a `GuidedTransformer`."""
+        transformer = transformer if transformer is not None else self.transformer
+        if self.settings.guidance_scale == 1.0:
+            return transformer
+        negative = self.encode_prompts([self.settings.negative_prompt])
+        return GuidedTransformer(transformer, negative, self.settings.guidance_scale)
+
+
+def load_sd3_world(arg: str, *, settings: SD3Settings = SD3Settings(), allow_download: bool | None = None,
+                   **_) -> SD3World:
+    """Load a `StableDiffusion3Pipeline` from a local folder (or a hub id where downloads are allowed).
+
+    Args:
+        arg: a diffusers pipeline folder (model_index.json inside) or a hub id such as
+            "stabilityai/stable-diffusion-3.5-medium".
+        settings: dtypes, resolution, prompt files, reward folder.
+        allow_download: let diffusers fetch a hub id; defaults to the env var RECAST_ALLOW_DOWNLOAD=1 (off), so
+            tests and offline machines never touch the network.
+
+    Raises:
+        FileNotFoundError: a local folder without model_index.json, or a hub id that is not cached while
+            downloads are off (the message says how to get the weights).
+    """
+    from diffusers import StableDiffusion3Pipeline
+
+    if allow_download is None:
+        allow_download = os.environ.get("RECAST_ALLOW_DOWNLOAD") == "1"
+    path = Path(arg)
+    if path.exists() and not (path / "model_index.json").is_file():
+        raise FileNotFoundError(f"{path} is not a diffusers pipeline folder (no model_index.json); save one with "
+                                "`StableDiffusion3Pipeline.save_pretrained` or `huggingface-cli download "
+                                "stabilityai/stable-diffusion-3.5-medium --local-dir DIR`")
+    extra = {"text_encoder_3": None, "tokenizer_3": None} if settings.drop_t5 else {}
+    try:
+        with warnings.catch_warnings():  # diffusers >= 0.36 renames torch_dtype to dtype; older ones know only this
+            warnings.filterwarnings("ignore", message=".*use `dtype` instead.*")
+            pipe = StableDiffusion3Pipeline.from_pretrained(arg, torch_dtype=DTYPES[settings.dtype],
+                                                            local_files_only=not allow_download, **extra)
+    except OSError as e:
+        if path.exists():
+            raise
+        raise FileNotFoundError(f"SD3 weights {arg!r} are not on this machine and downloads are off; download them "
+                                "with `huggingface-cli download <id> --local-dir DIR` and use sd3:DIR, or set "
+                                "RECAST_ALLOW_DOWNLOAD=1") from e
+    return SD3World(pipe, settings)

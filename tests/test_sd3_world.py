@@ -1,0 +1,177 @@
+"""The SD3 world on a tiny random StableDiffusion3Pipeline: real loader, text cache, VAE, CFG, LoRA, NFT/GRPO steps."""
+
+import pytest
+import torch
+
+from recast.sampling import predict_velocity, sample_ode, sample_sde, sde_step, sigma_schedule
+from recast.trainer.losses import grpo_loss, nft_loss
+from recast.world import World, load_world
+from recast.worlds.sd3 import lora as L
+from recast.worlds.sd3.tiny import TINY_RESOLUTION, save_tiny_pipeline
+from recast.worlds.sd3.world import SD3Settings
+
+SETTINGS = SD3Settings(resolution=TINY_RESOLUTION, max_sequence_length=16, dtype="float32")
+PROMPTS = ["a photo of a red cat", "two dogs", "a photo of a red cat", "two dogs"]
+
+
+@pytest.fixture(scope="module")
+def pipe_dir(tmp_path_factory):
+    return save_tiny_pipeline(tmp_path_factory.mktemp("sd3") / "tiny")
+
+
+@pytest.fixture()
+def world(pipe_dir):
+    return load_world(f"sd3:{pipe_dir}", settings=SETTINGS)
+
+
+def test_saved_tiny_pipeline_loads_through_the_real_loader(world, pipe_dir):
+    assert isinstance(world, World)
+    assert (pipe_dir / "model_index.json").is_file() and (pipe_dir / "tokenizer_3" / "tokenizer.json").is_file()
+    assert world.sample_shape == (16, TINY_RESOLUTION // 2, TINY_RESOLUTION // 2)
+    assert tuple(world.transformer.config.dual_attention_layers) == (0,)
+    assert not any(p.requires_grad for p in world.pipe.text_encoder_3.parameters())
+    assert world.prompts("test")[0].startswith("a photo of") and len(world.prompts("train")) == 48
+    with pytest.raises(ValueError, match="prompt_files"):
+        world.prompts("val")
+
+
+def test_missing_or_wrong_folders_fail_clearly(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such path"):
+        load_world(f"sd3:{tmp_path / 'absent'}")
+    with pytest.raises(FileNotFoundError, match="model_index.json"):
+        load_world(f"sd3:{tmp_path}")
+    with pytest.raises(FileNotFoundError, match="downloads are off"):  # a hub id, offline: no network touched
+        load_world("sd3:nobody-here/not-a-model", settings=SETTINGS, allow_download=False)
+    with pytest.raises(ValueError, match="SD3Settings.dtype"):
+        SD3Settings(dtype="float8")
+
+
+def test_text_cache_matches_the_pipeline_and_encodes_each_prompt_once(world, monkeypatch):
+    e = world.encode_prompts(PROMPTS)
+    assert e.encoder_hidden_states.shape == (4, 16 + 16, 32) and e.pooled_projections.shape == (4, 32)
+    ref = world.pipe.encode_prompt(PROMPTS[:2], None, None, device="cpu", do_classifier_free_guidance=False,
+                                   max_sequence_length=16)
+    torch.testing.assert_close(e.encoder_hidden_states[:2], ref[0])
+    torch.testing.assert_close(e.pooled_projections[2:], ref[2])
+    monkeypatch.setattr(world.pipe, "encode_prompt", lambda *a, **k: pytest.fail("cache miss"))
+    world.encode_prompts(PROMPTS[::-1])
+
+
+def test_vae_round_trip_uses_scaling_and_shift(world):
+    x = torch.randn(2, *world.sample_shape, generator=torch.Generator().manual_seed(0))
+    images = world.decode(x)
+    assert images.shape == (2, 3, TINY_RESOLUTION, TINY_RESOLUTION) and 0 <= images.min() and images.max() <= 1
+    vae = world.pipe.vae
+    z = vae.encode(images * 2 - 1).latent_dist.mode()
+    torch.testing.assert_close(world.encode_images(images), (z - 0.0609) * 1.5305)
+
+
+def test_cfg_is_off_by_default_and_matches_the_formula_when_on(pipe_dir):
+    world = load_world(f"sd3:{pipe_dir}", settings=SETTINGS)
+    assert world.guided() is world.transformer
+    guided = load_world(f"sd3:{pipe_dir}", settings=SD3Settings(**{**SETTINGS.__dict__, "guidance_scale": 4.0}))
+    e, neg = guided.encode_prompts(PROMPTS[:2]), guided.encode_prompts(["", ""])
+    x = torch.randn(2, *guided.sample_shape, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        vc, vu = predict_velocity(guided.transformer, x, 0.7, e), predict_velocity(guided.transformer, x, 0.7, neg)
+        torch.testing.assert_close(predict_velocity(guided.guided(), x, 0.7, e), vu + 4.0 * (vc - vu))
+
+
+def _lora_world(world):
+    L.add_lora(world.transformer, rank=4, alpha=8.0, seed=0)
+    return world.transformer
+
+
+def test_lora_targets_trainable_set_and_old_adapter_decay(world):
+    tr = _lora_world(world)
+    trainable = {n for n, p in tr.named_parameters() if p.requires_grad}
+    assert trainable and all(".default." in n and "lora_" in n for n in trainable)
+    assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable} >= {"to_q", "add_k_proj", "to_add_out"}
+    assert any(".attn2.to_q.lora_A.default" in n for n in trainable)  # SD3.5's dual attention is adapted too
+    new, old = L.lora_params(tr, L.TRAINED), L.lora_params(tr, L.OLD)
+    assert all(torch.equal(a, b) for a, b in zip(new, old))  # old starts as a copy of the trained adapter
+    with torch.no_grad():
+        for p in new:
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    before = [p.detach().clone() for p in old]
+    L.decay_old(tr, 0.3)
+    for o, b, n in zip(old, before, new):
+        torch.testing.assert_close(o, 0.3 * b + 0.7 * n)
+    with pytest.raises(ValueError, match="decay"):
+        L.decay_old(tr, 1.5)
+
+
+def _p_from_rewards(R, G, c=5.0):
+    """DiffusionNFT's optimality probability from raw rewards (per-group mean, global std, clip c)."""
+    A = (R - R.reshape(-1, G).mean(1).repeat_interleave(G)) / (R.std() + 1e-4)
+    return 0.5 + A.clamp(-c, c) / (2 * c)
+
+
+def test_one_nft_step_trains_only_the_lora_and_moves_old_by_decay(world):
+    from recast.worlds.sd3.rewards import get
+
+    tr, gen = _lora_world(world), torch.Generator().manual_seed(0)
+    embeds, sigmas = world.encode_prompts(PROMPTS), sigma_schedule(3, 3.0)
+    with L.use_adapter(tr, L.OLD), torch.no_grad():
+        x0 = sample_ode(tr, embeds, sigmas, shape=world.sample_shape, generator=gen, return_trajectory=False).x0
+    p = _p_from_rewards(get("jpeg")("cpu")(world.decode(x0), PROMPTS), G=2)
+    sigma = sigmas[1].item()
+    eps = torch.randn(x0.shape, generator=gen)
+    x_sigma, u = (1 - sigma) * x0 + sigma * eps, eps - x0
+    v_theta = predict_velocity(tr, x_sigma, sigma, embeds)
+    with L.use_adapter(tr, L.OLD), torch.no_grad():  # switching between forward and backward is safe
+        v_old = predict_velocity(tr, x_sigma, sigma, embeds)
+    torch.testing.assert_close(v_theta.detach(), v_old)  # the policy starts at the old policy
+    out = nft_loss(v_theta, v_old, u, p, nft_beta=1.0)
+    out.loss.backward()
+    grads = {n: prm.grad for n, prm in tr.named_parameters() if prm.grad is not None}
+    assert grads and all(".default." in n for n in grads)
+    assert any(g.abs().sum() > 0 for g in grads.values())
+    opt = torch.optim.AdamW(L.lora_params(tr), lr=1e-2)
+    base = {n: prm.detach().clone() for n, prm in tr.named_parameters() if "lora_" not in n}
+    old_before = [q.detach().clone() for q in L.lora_params(tr, L.OLD)]
+    opt.step()
+    assert all(torch.equal(base[n], prm) for n, prm in tr.named_parameters() if "lora_" not in n)
+    L.decay_old(tr, 0.5)
+    for o, b, q in zip(L.lora_params(tr, L.OLD), old_before, L.lora_params(tr)):
+        torch.testing.assert_close(o, 0.5 * b + 0.5 * q)
+    assert any(not torch.equal(o, b) for o, b in zip(L.lora_params(tr, L.OLD), old_before))
+
+
+def test_one_grpo_step_on_a_stored_sde_transition(world):
+    tr, gen = _lora_world(world), torch.Generator().manual_seed(1)
+    embeds, sigmas = world.encode_prompts(PROMPTS), sigma_schedule(3, 3.0)
+    with L.use_adapter(tr, L.OLD), torch.no_grad():
+        out = sample_sde(tr, embeds, sigmas, noise_level=0.7, shape=world.sample_shape, generator=gen)
+    j = 1
+    v = predict_velocity(tr, out.xs[j], sigmas[j].item(), embeds)
+    step = sde_step(out.xs[j], v, sigmas[j].item(), sigmas[j + 1].item(), 0.7, sigma_max=sigmas[1].item(),
+                    x_next=out.xs[j + 1])
+    A = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    loss = grpo_loss(step.log_prob, out.log_probs[j], A, clip_range=0.2)
+    torch.testing.assert_close(loss.ratio, torch.tensor(1.0))  # theta == old: every ratio is 1
+    loss.loss.backward()
+    grads = {n: prm.grad for n, prm in tr.named_parameters() if prm.grad is not None}
+    assert grads and all(".default." in n for n in grads) and any(g.abs().sum() > 0 for g in grads.values())
+
+
+def test_lora_round_trips_through_stock_load_lora_weights(world, pipe_dir, tmp_path):
+    from diffusers import StableDiffusion3Pipeline
+
+    tr = _lora_world(world)
+    with torch.no_grad():
+        for p in L.lora_params(tr):
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    L.save_lora(tr, tmp_path / "lora")
+    assert (tmp_path / "lora" / L.LORA_WEIGHT_NAME).is_file()
+    fresh = StableDiffusion3Pipeline.from_pretrained(pipe_dir)
+    fresh.load_lora_weights(tmp_path / "lora")
+    e = world.encode_prompts(PROMPTS[:2])
+    x = torch.randn(2, *world.sample_shape, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = predict_velocity(tr, x, 0.6, e)
+        got = predict_velocity(fresh.transformer, x, 0.6, e)
+        with L.use_adapter(tr, None):
+            base = predict_velocity(tr, x, 0.6, e)
+    assert (want - base).abs().max() > 1e-3  # the adapter does something
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)  # alpha / rank survive the round trip
