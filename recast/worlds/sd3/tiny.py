@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["TINY_RESOLUTION", "build_tiny_pipeline", "save_tiny_pipeline", "tiny_sd3_world"]
+__all__ = ["TINY_RESOLUTION", "CLIP_BOS", "CLIP_EOS", "clip_tokenizer", "build_tiny_pipeline", "save_tiny_pipeline", "tiny_sd3_world"]
 
 TINY_RESOLUTION = 32  # pixels per side; the tiny VAE downsamples by 2 -> 16x16 latents, 8x8 tokens at patch 2
 _CHARS = string.ascii_lowercase + string.digits + ".,'-"
@@ -22,10 +22,17 @@ _CLIP_LEN = 16  # CLIP token positions (SD3 uses 77)
 _CLIP_DIM, _CLIP_PROJ, _T5_DIM = 16, 16, 32  # joint dim = T5 width >= 2 CLIP widths, pooled = 2 CLIP projections
 
 
-def _clip_tokenizer():
+# Special tokens go last: OWL-ViT treats a query whose first id is 0 as padding, and CLIP pools at argmax(id) when
+# eos_token_id == 2, so neither may sit at the front.
+_CLIP_TOKENS = [*_CHARS, *(c + "</w>" for c in _CHARS), "<|startoftext|>", "<|endoftext|>"]
+CLIP_BOS, CLIP_EOS = len(_CLIP_TOKENS) - 2, len(_CLIP_TOKENS) - 1
+
+
+def clip_tokenizer():
+    """A character-level CLIP BPE tokenizer (no merges) over a generated vocabulary; BOS/EOS ids `CLIP_BOS/EOS`."""
     from transformers import CLIPTokenizer
 
-    vocab = {t: i for i, t in enumerate(["<|startoftext|>", "<|endoftext|>", *_CHARS, *(c + "</w>" for c in _CHARS)])}
+    vocab = {t: i for i, t in enumerate(_CLIP_TOKENS)}
     return CLIPTokenizer(vocab=vocab, merges=[], model_max_length=_CLIP_LEN)
 
 
@@ -43,7 +50,7 @@ def _clip_text(vocab_size: int):
     return CLIPTextModelWithProjection(CLIPTextConfig(
         vocab_size=vocab_size, hidden_size=_CLIP_DIM, intermediate_size=32, projection_dim=_CLIP_PROJ,
         num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=_CLIP_LEN,
-        bos_token_id=0, eos_token_id=1, pad_token_id=1))  # eos != 2: CLIP pools at the first EOS
+        bos_token_id=CLIP_BOS, eos_token_id=CLIP_EOS, pad_token_id=CLIP_EOS))
 
 
 def build_tiny_pipeline(seed: int = 0):
@@ -52,7 +59,7 @@ def build_tiny_pipeline(seed: int = 0):
         StableDiffusion3Pipeline
     from transformers import T5Config, T5EncoderModel
 
-    tok, tok3 = _clip_tokenizer(), _t5_tokenizer()
+    tok, tok3 = clip_tokenizer(), _t5_tokenizer()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         te, te2 = _clip_text(len(tok)), _clip_text(len(tok))

@@ -34,7 +34,7 @@ PALETTE = {"red": (0.85, 0.1, 0.1), "orange": (1.0, 0.55, 0.0), "yellow": (0.95,
            "green": (0.1, 0.65, 0.15), "blue": (0.1, 0.25, 0.85), "purple": (0.5, 0.15, 0.6),
            "pink": (1.0, 0.6, 0.75), "brown": (0.45, 0.27, 0.1), "black": (0.05, 0.05, 0.05),
            "white": (0.95, 0.95, 0.95)}
-FILES = ("config.json", ("model.safetensors", "pytorch_model.bin"), "preprocessor_config.json")
+FILES = ("config.json", ("model.safetensors", "pytorch_model.bin"), ("preprocessor_config.json", "processor_config.json"))
 HINT = ("GenEval detector: any transformers zero-shot detector folder, e.g. `huggingface-cli download "
         "google/owlv2-base-patch16-ensemble --local-dir DIR`.")
 
@@ -57,9 +57,9 @@ class OwlDetector:
     """Zero-shot detection with a transformers OWL-ViT / OWLv2 model from a local folder."""
 
     def __init__(self, folder: str | Path, device="cpu", threshold: float = 0.1):
+        require_files("geneval", Path(folder), FILES, HINT)
         from transformers import AutoModelForZeroShotObjectDetection, AutoProcessor
 
-        require_files("geneval", Path(folder), FILES, HINT)
         self.device, self.threshold = torch.device(device), threshold
         self.model = AutoModelForZeroShotObjectDetection.from_pretrained(folder).to(self.device).eval()
         self.processor = AutoProcessor.from_pretrained(folder)

@@ -13,7 +13,7 @@ from recast.worlds.sd3.rewards.clip import AestheticMLP
 
 MEAN, STD = 0.16717362830052426, 1.0333394966054072  # ImageReward's reward standardisation
 MAX_TOKENS = 35  # ImageReward's prompt length
-FILES = ("config.json", ("model.safetensors", "pytorch_model.bin"), "preprocessor_config.json",
+FILES = ("config.json", ("model.safetensors", "pytorch_model.bin"), ("preprocessor_config.json", "processor_config.json"),
          ("tokenizer.json", "vocab.txt"), "imagereward_mlp.safetensors")
 HINT = ("ImageReward: the authors ship ImageReward.pt (THUDM/ImageReward); split it into a transformers "
         "BlipForImageTextRetrieval folder (BLIP ViT-L, processor of Salesforce/blip-itm-large-coco) and its MLP "
@@ -22,12 +22,12 @@ HINT = ("ImageReward: the authors ship ImageReward.pt (THUDM/ImageReward); split
 
 def imagereward(device="cpu", *, root=None, weights_dir=None):
     """ImageReward score of each (image, prompt); roughly standard normal on SD images."""
+    folder = _wd("imagereward", root, weights_dir)
+    require_files("imagereward", folder, FILES, HINT)
     from safetensors.torch import load_file
     from transformers import AutoImageProcessor, AutoTokenizer, BlipForImageTextRetrieval
 
     device = torch.device(device)
-    folder = _wd("imagereward", root, weights_dir)
-    require_files("imagereward", folder, FILES, HINT)
     blip = BlipForImageTextRetrieval.from_pretrained(folder).to(device).eval().requires_grad_(False)
     image_processor, tokenizer = AutoImageProcessor.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
     head = AestheticMLP(blip.config.text_config.hidden_size)
