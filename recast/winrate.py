@@ -1,0 +1,67 @@
+"""Aggregation of pairwise verdicts into a win rate with a confidence interval (any world, any judge).
+
+A verdict is +1 (A better), -1 (B better), 0 (tie) or None (the judge abstained, e.g. an unparseable answer).
+Ties count half, as in the digit world's preference judge (`recast.judges.preference.WinRate`); abstentions are
+left out of the rate and reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["WinRateCI", "aggregate_verdicts"]
+
+
+@dataclass(frozen=True)
+class WinRateCI:
+    """Win rate of A over B: ``win_rate = (wins + ties / 2) / n`` over the n non-abstained pairs.
+
+    Attributes:
+        wins, losses, ties: counts over non-abstained pairs.
+        abstained: pairs without a usable verdict.
+        win_rate: (wins + ties / 2) / n; NaN when n = 0.
+        ci_low, ci_high: Wilson score interval of win_rate at `confidence`, with wins + ties / 2 successes.
+            A tie's score (1/2) has less variance than a coin flip, so this interval is conservative.
+        confidence: the interval's level.
+    """
+
+    wins: int
+    losses: int
+    ties: int
+    abstained: int
+    win_rate: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+
+    @property
+    def n(self) -> int:
+        return self.wins + self.losses + self.ties
+
+
+def aggregate_verdicts(verdicts: Iterable[int | None], confidence: float = 0.95) -> WinRateCI:
+    """Count verdicts (+1, -1, 0, None) into a `WinRateCI`.
+
+    Raises:
+        ValueError: a verdict outside {+1, -1, 0, None}, or confidence outside (0, 1).
+    """
+    from scipy.stats import norm
+
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    counts = {1: 0, -1: 0, 0: 0, None: 0}
+    for v in verdicts:
+        if v not in counts:
+            raise ValueError(f"verdicts must be +1, -1, 0 or None, got {v!r}")
+        counts[v] += 1
+    wins, losses, ties = counts[1], counts[-1], counts[0]
+    n = wins + losses + ties
+    if n == 0:
+        return WinRateCI(0, 0, 0, counts[None], math.nan, math.nan, math.nan, confidence)
+    p = (wins + 0.5 * ties) / n
+    z = float(norm.ppf(0.5 + confidence / 2))
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return WinRateCI(wins, losses, ties, counts[None], p, max(0.0, centre - half), min(1.0, centre + half), confidence)
