@@ -1,0 +1,71 @@
+"""How an iteration's images split over GPUs: per-GPU prompts, micro-batch and gradient accumulation.
+
+An iteration draws `prompts_per_iter` prompts and `group_size` samples of each. Whole groups stay on one process:
+the samples of a prompt are generated, scored and normalised together (the trainer lays a group out contiguously
+and gathers rewards across processes before normalising), so `prompts_per_iter` must divide by `num_gpus`. Inside a
+process, the loss runs in micro-batches of at most `max_per_gpu` images and accumulates gradients over them;
+micro-batches may cut through a group, which is harmless because advantages are fixed before the loss runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["BatchPlan", "plan_batches"]
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Batch layout of one iteration.
+
+    Attributes:
+        group_size: G samples per prompt.
+        num_gpus: processes.
+        prompts_per_gpu: whole groups each process samples and scores.
+        images_per_gpu: prompts_per_gpu * G.
+        micro_batch: images per forward/backward pass (the largest divisor of images_per_gpu <= max_per_gpu).
+        grad_accum: micro-batches per optimiser step (images_per_gpu / micro_batch).
+        global_images: images per iteration over all processes.
+    """
+
+    group_size: int
+    num_gpus: int
+    prompts_per_gpu: int
+    images_per_gpu: int
+    micro_batch: int
+    grad_accum: int
+    global_images: int
+
+    def __str__(self) -> str:
+        return (f"{self.num_gpus} GPU(s) x {self.prompts_per_gpu} prompts x {self.group_size} samples = "
+                f"{self.images_per_gpu} images per GPU ({self.global_images} per iteration); micro-batch "
+                f"{self.micro_batch} x {self.grad_accum} accumulation steps")
+
+
+def plan_batches(group_size: int, prompts_per_iter: int, num_gpus: int, max_per_gpu: int) -> BatchPlan:
+    """Derive per-GPU batch and gradient accumulation (see module docstring).
+
+    Args:
+        group_size: G >= 2 samples per prompt (group normalisation needs two).
+        prompts_per_iter: prompts per iteration over all GPUs; a multiple of num_gpus.
+        num_gpus: processes >= 1.
+        max_per_gpu: the most images one forward/backward pass may hold (memory bound) >= 1.
+
+    Raises:
+        ValueError: naming the argument, with the nearest valid prompts_per_iter when it does not divide.
+    """
+    for name, value, low in (("group_size", group_size, 2), ("prompts_per_iter", prompts_per_iter, 1),
+                             ("num_gpus", num_gpus, 1), ("max_per_gpu", max_per_gpu, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if prompts_per_iter % num_gpus:
+        lower = prompts_per_iter // num_gpus * num_gpus
+        upper = lower + num_gpus
+        near = f"{lower} or {upper}" if lower else f"{upper}"
+        raise ValueError(f"prompts_per_iter={prompts_per_iter} does not split into whole groups over "
+                         f"num_gpus={num_gpus}; use {near}")
+    prompts_per_gpu = prompts_per_iter // num_gpus
+    images = prompts_per_gpu * group_size
+    micro = max(d for d in range(1, min(images, max_per_gpu) + 1) if images % d == 0)
+    return BatchPlan(group_size, num_gpus, prompts_per_gpu, images, micro, images // micro,
+                     images * num_gpus)
