@@ -175,3 +175,14 @@ def test_lora_round_trips_through_stock_load_lora_weights(world, pipe_dir, tmp_p
             base = predict_velocity(tr, x, 0.6, e)
     assert (want - base).abs().max() > 1e-3  # the adapter does something
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)  # alpha / rank survive the round trip
+
+
+def test_tiny_spec_and_evaluate_with_held_out_judges():
+    world = load_world("sd3-tiny", settings=SD3Settings(**{**SETTINGS.__dict__, "judges": ("jpeg",)}))
+    assert isinstance(world, World) and world.reward_settings["quality"][0] == "pickscore"
+    flat, noisy = torch.full((2, 3, 8, 8), 0.5), torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    out = world.evaluate(torch.cat([flat, noisy]), ["a", "a", "b", "b"])
+    assert set(out) == {"jpeg", "diversity"} and out["diversity"] > 0
+    assert "diversity" not in world.evaluate(flat, ["a", "b"])
+    with pytest.raises(ValueError, match="unknown SD3 reward"):
+        world.reward("nope", "cpu")
