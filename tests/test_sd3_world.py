@@ -178,8 +178,10 @@ def test_lora_round_trips_through_stock_load_lora_weights(world, pipe_dir, tmp_p
 
 
 def test_tiny_spec_and_evaluate_with_held_out_judges():
-    world = load_world("sd3-tiny", settings=SD3Settings(**{**SETTINGS.__dict__, "judges": ("jpeg",)}))
+    world = load_world("sd3-tiny", settings=SD3Settings(**{**SETTINGS.__dict__, "judges": ("jpeg",),
+                                                          "gradient_checkpointing": True}))
     assert isinstance(world, World) and world.reward_settings["quality"][0] == "pickscore"
+    assert world.transformer.is_gradient_checkpointing
     flat, noisy = torch.full((2, 3, 8, 8), 0.5), torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
     out = world.evaluate(torch.cat([flat, noisy]), ["a", "a", "b", "b"])
     assert set(out) == {"jpeg", "diversity"} and out["diversity"] > 0

@@ -74,7 +74,7 @@ class _Stub(BaseHTTPRequestHandler):
 @pytest.fixture()
 def server():
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
     srv.shutdown()
@@ -107,3 +107,38 @@ def test_bad_input():
         PairwiseVLMJudge(lambda t, i: "A", prompt_template="no placeholder")
     with pytest.raises(ValueError, match="mismatched"):
         PairwiseVLMJudge(lambda t, i: "A").judge(torch.zeros(2, 3, 4, 4), torch.zeros(1, 3, 4, 4), ["a", "b"])
+
+
+def test_transformers_backend_on_a_tiny_llava(tmp_path):
+    """The local-model path end to end (chat template, two images, greedy generation) on a random tiny LLaVA."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import (CLIPImageProcessor, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor,
+                              PreTrainedTokenizerFast)
+
+    from recast.worlds.sd3.vlm_judge import TransformersBackend
+
+    words = ["<pad>", "<unk>", "<s>", "</s>", "<image>", "user:", "assistant:"] + [f"w{i}" for i in range(20)]
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
+                                  eos_token="</s>", extra_special_tokens={"image_token": "<image>"})
+    template = ("{% for m in messages %}user: {% for c in m['content'] %}{% if c['type'] == 'image' %}<image> "
+                "{% else %}{{ c['text'] }} {% endif %}{% endfor %}{% endfor %}assistant:")
+    LlavaProcessor(image_processor=CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}),
+                   tokenizer=tok, patch_size=8, vision_feature_select_strategy="default", chat_template=template,
+                   num_additional_image_tokens=1).save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    LlavaForConditionalGeneration(LlavaConfig(
+        vision_config=dict(model_type="clip_vision_model", image_size=32, patch_size=8, hidden_size=16,
+                           intermediate_size=32, num_hidden_layers=1, num_attention_heads=2),
+        text_config=dict(model_type="llama", vocab_size=len(words), hidden_size=16, intermediate_size=32,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                         max_position_embeddings=128, pad_token_id=0, bos_token_id=2, eos_token_id=3),
+        image_token_index=4, vision_feature_layer=-1)).save_pretrained(tmp_path)
+    backend = TransformersBackend(str(tmp_path), "cpu", max_new_tokens=3, dtype=torch.float32)
+    images = torch.rand(2, 3, 40, 40, generator=torch.Generator().manual_seed(0))
+    verdicts = PairwiseVLMJudge(backend).judge(images, images.flip(0), ["w1 w2", "w3"])
+    assert all(v.answer and set(v.answer.split()) <= set(words) for v in verdicts)  # random model: random words
+    assert all(v.verdict is None for v in verdicts)  # ... which the parser refuses to read as a verdict
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        TransformersBackend(str(tmp_path / "absent"))

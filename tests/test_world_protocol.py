@@ -129,6 +129,14 @@ def test_digit_adapter_forwards_unchanged():
         world.reward("nope", "cpu")
 
 
+def test_committed_digit_base_loads_by_spec():
+    from pathlib import Path
+
+    base = Path(__file__).resolve().parents[1] / "data" / "digit_base"
+    world = W.load_world(f"digits:{base}")
+    assert isinstance(world, W.World) and world.inner.config.num_layers == 4
+
+
 def test_digit_adapter_evaluate_matches_the_trainers_judges():
     from recast.digits import data
     from recast.trainer.evaluation import _judge_scores
