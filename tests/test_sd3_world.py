@@ -188,3 +188,22 @@ def test_tiny_spec_and_evaluate_with_held_out_judges():
     assert "diversity" not in world.evaluate(flat, ["a", "b"])
     with pytest.raises(ValueError, match="unknown SD3 reward"):
         world.reward("nope", "cpu")
+
+
+def test_bf16_base_keeps_both_adapters_in_fp32_and_decode_chunks(pipe_dir):
+    world = load_world(f"sd3:{pipe_dir}", settings=SD3Settings(**{**SETTINGS.__dict__, "dtype": "bfloat16",
+                                                                   "decode_batch": 1}))
+    assert world.transformer.dtype == torch.bfloat16 and world.pipe.vae.dtype == torch.float32
+    L.add_lora(world.transformer, rank=4, alpha=8.0)
+    assert all(p.dtype == torch.float32 for p in L.lora_params(world.transformer) + L.lora_params(world.transformer,
+                                                                                                  L.OLD))
+    e = world.encode_prompts(PROMPTS[:2])
+    assert e.encoder_hidden_states.dtype == torch.bfloat16
+    x = torch.randn(3, *world.sample_shape, generator=torch.Generator().manual_seed(0))
+    with L.use_adapter(world.transformer, L.OLD), torch.no_grad():
+        assert predict_velocity(world.transformer, x[:2].bfloat16(), 0.5, e).dtype == torch.bfloat16
+    whole = load_world(f"sd3:{pipe_dir}", settings=SETTINGS).decode(x)
+    torch.testing.assert_close(world.decode(x), whole)  # one image per VAE pass gives the same images
+    world.offload_text_encoders("cpu")
+    with pytest.raises(ValueError, match="decode_batch"):
+        SD3Settings(decode_batch=0)

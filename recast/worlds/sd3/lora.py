@@ -47,7 +47,8 @@ def add_lora(transformer, *, rank: int = 32, alpha: float = 64.0, targets=SD3_LO
             at the base model; "old" starts as an exact copy of "default".
         with_old: add the "old" adapter.
 
-    Trainable LoRA tensors are kept in float32 even when the base is bf16/fp16 (peft casts activations).
+    Both adapters are kept in float32 even when the base is bf16/fp16 (peft casts activations): the trained one for
+    the optimiser, the old one because `decay_old` averages into it every epoch.
     """
     from diffusers.training_utils import cast_training_params
     from peft import LoraConfig
@@ -68,6 +69,8 @@ def add_lora(transformer, *, rank: int = 32, alpha: float = 64.0, targets=SD3_LO
         copy_adapter(transformer, TRAINED, OLD)
     _activate(transformer, TRAINED)
     cast_training_params(transformer, dtype=torch.float32)
+    for p in lora_params(transformer, OLD):  # the old policy is averaged in place: keep it in fp32 too
+        p.data = p.data.float()
 
 
 def _adapter_tensors(transformer, name: str) -> dict[str, torch.nn.Parameter]:

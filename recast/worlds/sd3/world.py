@@ -43,14 +43,16 @@ class SD3Settings:
                                                         "test": str(DATA_PROMPTS / "compose_test.jsonl")})  # split -> .txt/.jsonl
     reward_root: str = "reward_ckpts"  # folder holding one subfolder per reward model (see rewards/README)
     judges: tuple[str, ...] = ()  # held-out rewards reported by `evaluate` (never trained on)
+    decode_batch: int = 8  # images per VAE decode pass (a 512 px fp32 decode of many images at once is GBs)
 
     def __post_init__(self):
         for name in ("dtype", "vae_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise ValueError(f"SD3Settings.{name}={getattr(self, name)!r}; valid: {', '.join(DTYPES)}")
-        if self.resolution <= 0 or self.num_steps < 1 or self.guidance_scale < 1.0:
-            raise ValueError(f"SD3Settings needs resolution > 0, num_steps >= 1, guidance_scale >= 1; got "
-                             f"{self.resolution=}, {self.num_steps=}, {self.guidance_scale=}")
+        if self.resolution <= 0 or self.num_steps < 1 or self.guidance_scale < 1.0 or self.decode_batch < 1:
+            raise ValueError(f"SD3Settings needs resolution > 0, num_steps >= 1, guidance_scale >= 1, "
+                             f"decode_batch >= 1; got {self.resolution=}, {self.num_steps=}, "
+                             f"{self.guidance_scale=}, {self.decode_batch=}")
 
 
 class GuidedTransformer:
@@ -89,6 +91,7 @@ class SD3World:
         self.reward_settings: dict[str, tuple[str, ...]] = dict(SETTINGS)
         self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._prompt_sets: dict[str, list[str]] = {}
+        self._judges: dict[str, object] = {}
         dt = DTYPES[settings.dtype]
         for name in ("transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "vae"):
             module, want = getattr(pipe, name, None), DTYPES[settings.vae_dtype] if name == "vae" else dt
@@ -126,15 +129,17 @@ class SD3World:
     def encode_prompts(self, prompts: Sequence[str], batch_size: int = 64) -> PromptEmbeds:
         """SD3 conditioning (B, L, D) and (B, P) in the transformer's dtype, on its device (no gradients).
 
-        Each distinct prompt is encoded once and cached (on CPU); `batch_size` bounds one encoder pass.
+        Each distinct prompt is encoded once and cached (on CPU); `batch_size` bounds one encoder pass. The text
+        encoders run wherever they are, so after encoding a fixed prompt set they can be moved off the GPU
+        (`offload_text_encoders`).
         """
         prompts = list(prompts)
         missing = list(dict.fromkeys(p for p in prompts if p not in self._cache))
         for i in range(0, len(missing), batch_size):
             chunk = missing[i:i + batch_size]
             hidden, _, pooled, _ = self.pipe.encode_prompt(
-                prompt=chunk, prompt_2=None, prompt_3=None, device=self.device, do_classifier_free_guidance=False,
-                max_sequence_length=self.settings.max_sequence_length)
+                prompt=chunk, prompt_2=None, prompt_3=None, device=self.pipe.text_encoder.device,
+                do_classifier_free_guidance=False, max_sequence_length=self.settings.max_sequence_length)
             for p, h, q in zip(chunk, hidden.cpu(), pooled.cpu()):
                 self._cache[p] = (h, q)
         dt = self.transformer.dtype
@@ -144,9 +149,10 @@ class SD3World:
 
     def decode(self, x: torch.Tensor) -> torch.Tensor:
         """Latents (B, C, h, w) -> images (B, 3, h * f, w * f) float32 in [0, 1] (f = the VAE's scale factor)."""
-        vae = self.pipe.vae
-        z = x.to(vae.dtype) / vae.config.scaling_factor + (vae.config.shift_factor or 0.0)
-        return (vae.decode(z, return_dict=False)[0].float() / 2 + 0.5).clamp(0, 1)
+        vae, n = self.pipe.vae, self.settings.decode_batch
+        z = x.to(vae.device, vae.dtype) / vae.config.scaling_factor + (vae.config.shift_factor or 0.0)
+        images = torch.cat([vae.decode(z[i:i + n], return_dict=False)[0] for i in range(0, len(z), n)])
+        return (images.float() / 2 + 0.5).clamp(0, 1).to(x.device)
 
     def encode_images(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """Images (B, 3, H, W) in [0, 1] -> model-space latents (a sample of the VAE posterior), float32."""
@@ -174,13 +180,21 @@ class SD3World:
         """Mean of each held-out judge in `settings.judges`, and the within-prompt pixel diversity."""
         from recast.worlds.sd3.rewards import group_diversity
 
-        out = {name: float(self.reward(name, images.device)(images, prompts).float().mean())
-               for name in self.settings.judges}
+        for name in self.settings.judges:  # judge models load once, on first use
+            if name not in self._judges:
+                self._judges[name] = self.reward(name, images.device)
+        out = {name: float(self._judges[name](images, prompts).float().mean()) for name in self.settings.judges}
         if len(set(prompts)) < len(prompts):
             out["diversity"] = float(group_diversity(images, prompts))
         return out
 
     # ---------------------------------------------------------------- SD3 extras
+    def offload_text_encoders(self, device: str | torch.device = "cpu") -> None:
+        """Move the three text encoders to `device` (their prompts stay cached): frees ~11 GB of GPU in bf16."""
+        for name in ("text_encoder", "text_encoder_2", "text_encoder_3"):
+            if getattr(self.pipe, name, None) is not None:
+                getattr(self.pipe, name).to(device)
+
     def guided(self, transformer=None):
         """The transformer to sample with: itself when CFG-free, else a `GuidedTransformer`."""
         transformer = transformer if transformer is not None else self.transformer
@@ -218,7 +232,10 @@ def load_sd3_world(arg: str, *, settings: SD3Settings = SD3Settings(), allow_dow
     try:
         with warnings.catch_warnings():  # diffusers >= 0.36 renames torch_dtype to dtype; older ones know only this
             warnings.filterwarnings("ignore", message=".*use `dtype` instead.*")
-            pipe = StableDiffusion3Pipeline.from_pretrained(arg, torch_dtype=DTYPES[settings.dtype],
+            # per-component dtypes at load time: loading the VAE in bf16 and upcasting later would keep bf16-rounded
+            # weights (diffusers >= 0.33 takes a dict; "default" covers the transformer and text encoders)
+            dtypes = {"default": DTYPES[settings.dtype], "vae": DTYPES[settings.vae_dtype]}
+            pipe = StableDiffusion3Pipeline.from_pretrained(arg, torch_dtype=dtypes,
                                                             local_files_only=not allow_download, **extra)
     except OSError as e:
         if path.exists():
