@@ -219,7 +219,7 @@ def load_sd3_world(arg: str, *, settings: SD3Settings = SD3Settings(), allow_dow
         FileNotFoundError: a local folder without model_index.json, or a hub id that is not cached while
             downloads are off (the message says how to get the weights).
     """
-    from diffusers import StableDiffusion3Pipeline
+    from diffusers import AutoencoderKL, StableDiffusion3Pipeline
 
     if allow_download is None:
         allow_download = os.environ.get("RECAST_ALLOW_DOWNLOAD") == "1"
@@ -232,10 +232,11 @@ def load_sd3_world(arg: str, *, settings: SD3Settings = SD3Settings(), allow_dow
     try:
         with warnings.catch_warnings():  # diffusers >= 0.36 renames torch_dtype to dtype; older ones know only this
             warnings.filterwarnings("ignore", message=".*use `dtype` instead.*")
-            # per-component dtypes at load time: loading the VAE in bf16 and upcasting later would keep bf16-rounded
-            # weights (diffusers >= 0.33 takes a dict; "default" covers the transformer and text encoders)
-            dtypes = {"default": DTYPES[settings.dtype], "vae": DTYPES[settings.vae_dtype]}
-            pipe = StableDiffusion3Pipeline.from_pretrained(arg, torch_dtype=dtypes,
+            # the VAE loads on its own in its dtype: loading it in bf16 with the rest and upcasting later would keep
+            # bf16-rounded weights
+            vae = AutoencoderKL.from_pretrained(arg, subfolder="vae", torch_dtype=DTYPES[settings.vae_dtype],
+                                                local_files_only=not allow_download)
+            pipe = StableDiffusion3Pipeline.from_pretrained(arg, vae=vae, torch_dtype=DTYPES[settings.dtype],
                                                             local_files_only=not allow_download, **extra)
     except OSError as e:
         if path.exists():
