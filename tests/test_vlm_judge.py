@@ -124,9 +124,9 @@ def test_transformers_backend_on_a_tiny_llava(tmp_path):
                                   eos_token="</s>", extra_special_tokens={"image_token": "<image>"})
     template = ("{% for m in messages %}user: {% for c in m['content'] %}{% if c['type'] == 'image' %}<image> "
                 "{% else %}{{ c['text'] }} {% endif %}{% endfor %}{% endfor %}assistant:")
-    LlavaProcessor(image_processor=CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}),
-                   tokenizer=tok, patch_size=8, vision_feature_select_strategy="default", chat_template=template,
-                   num_additional_image_tokens=1).save_pretrained(tmp_path)
+    image_processor = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    LlavaProcessor(image_processor=image_processor, tokenizer=tok, patch_size=8, chat_template=template,
+                   vision_feature_select_strategy="default", num_additional_image_tokens=1).save_pretrained(tmp_path)
     torch.manual_seed(0)
     LlavaForConditionalGeneration(LlavaConfig(
         vision_config=dict(model_type="clip_vision_model", image_size=32, patch_size=8, hidden_size=16,

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["TINY_RESOLUTION", "CLIP_BOS", "CLIP_EOS", "clip_tokenizer", "build_tiny_pipeline", "save_tiny_pipeline", "tiny_sd3_world"]
+__all__ = ["TINY_RESOLUTION", "CLIP_BOS", "CLIP_EOS", "clip_tokenizer", "build_tiny_pipeline", "save_tiny_pipeline",
+           "tiny_sd3_world"]
 
 TINY_RESOLUTION = 32  # pixels per side; the tiny VAE downsamples by 2 -> 16x16 latents, 8x8 tokens at patch 2
 _CHARS = string.ascii_lowercase + string.digits + ".,'-"

@@ -39,8 +39,9 @@ class SD3Settings:
     vae_dtype: str = "float32"  # VAE (decoding in fp16 overflows on SD3's VAE; fp32 is safe)
     drop_t5: bool = False  # load without the 4.7B T5 encoder (zeros in its place; saves ~9 GB in bf16)
     gradient_checkpointing: bool = False  # trade compute for activation memory in the transformer
+    # split -> prompt file (.txt or GenEval-style .jsonl)
     prompt_files: dict = field(default_factory=lambda: {"train": str(DATA_PROMPTS / "compose_train.jsonl"),
-                                                        "test": str(DATA_PROMPTS / "compose_test.jsonl")})  # split -> .txt/.jsonl
+                                                        "test": str(DATA_PROMPTS / "compose_test.jsonl")})
     reward_root: str = "reward_ckpts"  # folder holding one subfolder per reward model (see rewards/README)
     judges: tuple[str, ...] = ()  # held-out rewards reported by `evaluate` (never trained on)
     decode_batch: int = 8  # images per VAE decode pass (a 512 px fp32 decode of many images at once is GBs)

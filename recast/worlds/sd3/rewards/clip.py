@@ -18,7 +18,8 @@ from torch import nn
 
 from recast.worlds.sd3.rewards._common import check_batch, processor_pixels, require_files, weights_dir
 
-CLIP_FILES = ("config.json", ("model.safetensors", "pytorch_model.bin"), ("preprocessor_config.json", "processor_config.json"),
+CLIP_FILES = ("config.json", ("model.safetensors", "pytorch_model.bin"),
+              ("preprocessor_config.json", "processor_config.json"),
               ("tokenizer.json", "vocab.json"))
 HINTS = {
     "pickscore": "PickScore: `huggingface-cli download yuvalkirstain/PickScore_v1 --local-dir DIR`, plus the "

@@ -34,7 +34,8 @@ PALETTE = {"red": (0.85, 0.1, 0.1), "orange": (1.0, 0.55, 0.0), "yellow": (0.95,
            "green": (0.1, 0.65, 0.15), "blue": (0.1, 0.25, 0.85), "purple": (0.5, 0.15, 0.6),
            "pink": (1.0, 0.6, 0.75), "brown": (0.45, 0.27, 0.1), "black": (0.05, 0.05, 0.05),
            "white": (0.95, 0.95, 0.95)}
-FILES = ("config.json", ("model.safetensors", "pytorch_model.bin"), ("preprocessor_config.json", "processor_config.json"))
+FILES = ("config.json", ("model.safetensors", "pytorch_model.bin"),
+         ("preprocessor_config.json", "processor_config.json"))
 HINT = ("GenEval detector: any transformers zero-shot detector folder, e.g. `huggingface-cli download "
         "google/owlv2-base-patch16-ensemble --local-dir DIR`.")
 
@@ -140,7 +141,8 @@ def geneval(device="cpu", *, root=None, weights_dir=None, metadata: str | Path |
     from recast.worlds.sd3.world import DATA_PROMPTS
 
     if metadata is None:
-        items = [i for f in ("compose_train.jsonl", "compose_test.jsonl") for i in load_geneval_metadata(DATA_PROMPTS / f)]
+        items = [i for f in ("compose_train.jsonl", "compose_test.jsonl")
+                 for i in load_geneval_metadata(DATA_PROMPTS / f)]
     else:
         items = load_geneval_metadata(metadata) if isinstance(metadata, (str, Path)) else list(metadata)
     table = {i.prompt: i for i in items}

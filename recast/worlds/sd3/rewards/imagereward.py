@@ -13,7 +13,8 @@ from recast.worlds.sd3.rewards.clip import AestheticMLP
 
 MEAN, STD = 0.16717362830052426, 1.0333394966054072  # ImageReward's reward standardisation
 MAX_TOKENS = 35  # ImageReward's prompt length
-FILES = ("config.json", ("model.safetensors", "pytorch_model.bin"), ("preprocessor_config.json", "processor_config.json"),
+FILES = ("config.json", ("model.safetensors", "pytorch_model.bin"),
+         ("preprocessor_config.json", "processor_config.json"),
          ("tokenizer.json", "vocab.txt"), "imagereward_mlp.safetensors")
 HINT = ("ImageReward: the authors ship ImageReward.pt (THUDM/ImageReward); split it into a transformers "
         "BlipForImageTextRetrieval folder (BLIP ViT-L, processor of Salesforce/blip-itm-large-coco) and its MLP "
