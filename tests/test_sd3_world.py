@@ -207,3 +207,22 @@ def test_bf16_base_keeps_both_adapters_in_fp32_and_decode_chunks(pipe_dir):
     world.offload_text_encoders("cpu")
     with pytest.raises(ValueError, match="decode_batch"):
         SD3Settings(decode_batch=0)
+
+
+@pytest.mark.gpu
+def test_nft_step_in_bf16_on_cuda(pipe_dir):
+    world = load_world(f"sd3:{pipe_dir}", settings=SD3Settings(**{**SETTINGS.__dict__, "dtype": "bfloat16"})).to("cuda")
+    tr = world.transformer
+    L.add_lora(tr, rank=4, alpha=8.0)
+    embeds, gen = world.encode_prompts(PROMPTS), torch.Generator().manual_seed(0)
+    x0 = torch.randn(4, *world.sample_shape, generator=gen).cuda().bfloat16()
+    eps = torch.randn(x0.shape, generator=gen).cuda().bfloat16()
+    x_sigma, u = 0.5 * x0 + 0.5 * eps, eps - x0
+    with L.use_adapter(tr, L.OLD), torch.no_grad():
+        v_old = predict_velocity(tr, x_sigma, 0.5, embeds)
+    v = predict_velocity(tr, x_sigma, 0.5, embeds)
+    out = nft_loss(v.float(), v_old.float(), u.float(), torch.tensor([0.9, 0.1, 0.6, 0.4], device="cuda"))
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    assert all(".default." in n for n, p in tr.named_parameters() if p.grad is not None)
+    assert world.decode(x0).shape == (4, 3, TINY_RESOLUTION, TINY_RESOLUTION)
