@@ -21,7 +21,7 @@ class TrainConfig:
 
     # --- world and task ---
     world: str = "tiny"  # "tiny" (random tiny model, tests) or a path to a saved DigitWorld, e.g. "data/digit_base"
-    setting: str = "compose"  # reward setting from recast.rewards.SETTINGS: compose | quality
+    setting: str = "compose"  # reward setting from recast.digits.rewards.SETTINGS: compose | quality
     rewards: tuple[str, ...] = ()  # explicit reward names (overrides `setting` when non-empty)
     lam: tuple[float, ...] = ()  # budgets lambda_k >= 0, one per reward; () = equal; normalised to sum 1
     method: str = "recast"  # recast | uniform | reward_sum | fixed (see RECAST.md §3, §6)
@@ -165,7 +165,7 @@ def preset(name: str, **overrides) -> TrainConfig:
 
 def resolve_rewards(cfg: TrainConfig) -> tuple[str, ...]:
     """Reward names of a config: `cfg.rewards` or the setting's rewards (raises ValueError naming valid settings)."""
-    from recast import rewards as R
+    from recast.digits import rewards as R
 
     if cfg.rewards:
         names = tuple(cfg.rewards)

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-import recast.rewards as rewards
+import recast.digits.rewards as rewards
 from recast.digits import data
-from recast.rewards.degrade import KINDS, degrade, random_degrade
+from recast.digits.rewards.degrade import KINDS, degrade, random_degrade
 
 N = 48
 

@@ -93,7 +93,7 @@ def test_base_checkpoint_is_in_the_quality_band():
     Measured 0.30 (train prompts) / 0.31 (test prompts) on 128 samples (data/README.md, "digit_base"); the bounds
     leave room for the sampling error of 64 samples (sd ~ 0.06).
     """
-    pytest.importorskip("recast.judges.attributes", reason="recast/judges not available")
+    pytest.importorskip("recast.digits.judges.attributes", reason="recast/digits/judges not available")
     from recast.digits.pretrain import evaluate_world
 
     start = time.time()

@@ -99,7 +99,7 @@ def test_importing_recast_world_imports_no_world_package():
 
     import recast
 
-    worlds = ("recast.digits", "recast.worlds", "recast.rewards", "recast.judges")
+    worlds = ("recast.digits", "recast.worlds", "recast.digits.rewards", "recast.digits.judges")
     saved = {k: m for k, m in sys.modules.items() if k == "recast.world" or k.startswith(worlds)}
     for k in saved:
         del sys.modules[k]
@@ -116,7 +116,7 @@ def test_importing_recast_world_imports_no_world_package():
 def test_digit_adapter_forwards_unchanged():
     from recast.digits import data
     from recast.digits.world import tiny_world
-    from recast.rewards import SETTINGS
+    from recast.digits.rewards import SETTINGS
 
     world, inner = W.load_world("tiny"), tiny_world(0)
     assert isinstance(world, W.World) and world.reward_settings == SETTINGS
@@ -135,7 +135,7 @@ def test_digit_adapter_forwards_unchanged():
     world.freeze()
     assert not any(p.requires_grad for p in world.text_encoder.parameters())
     images = data.render(prompts, generator=torch.Generator().manual_seed(0))
-    from recast import rewards
+    from recast.digits import rewards
 
     assert torch.equal(world.reward("color", "cpu")(images, prompts), rewards.get("color")("cpu")(images, prompts))
     with pytest.raises(ValueError, match="unknown reward"):

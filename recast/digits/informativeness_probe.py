@@ -79,7 +79,7 @@ def estimate_informativeness(
 
     Args:
         world: the model whose samples and reverse process define pi and V.
-        reward_names: names in `recast.rewards` (K of them).
+        reward_names: names in `recast.digits.rewards` (K of them).
         prompts: N prompts, one sample each.
         num_steps, shift: the grid (`sigma_schedule`).
         num_rollouts: M SDE continuations per state for `rollout`.
@@ -90,10 +90,10 @@ def estimate_informativeness(
     Returns:
         InformativenessEstimate.
     """
-    import recast.rewards
+    import recast.digits.rewards
 
     device = world.device
-    reward = stack_rewards([recast.rewards.get(name)(device) for name in reward_names])
+    reward = stack_rewards([recast.digits.rewards.get(name)(device) for name in reward_names])
     prompts = list(prompts)
     gen = torch.Generator().manual_seed(seed)
     sigmas = sigma_schedule(num_steps, shift)

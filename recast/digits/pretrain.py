@@ -172,10 +172,10 @@ def evaluate_world(world: DigitWorld, *, n: int = 64, split: str = "train", num_
         batch_size: samples per sampler call.
 
     Returns:
-        `recast.judges.attributes.JudgeReport` (strict, digit, color, position, size accuracies and n).
+        `recast.digits.judges.attributes.JudgeReport` (strict, digit, color, position, size accuracies and n).
     """
     from recast.digits.data import sample_prompts
-    from recast.judges.attributes import judge_report
+    from recast.digits.judges.attributes import judge_report
     from recast.sampling import sample_ode, sigma_schedule
 
     gen = torch.Generator().manual_seed(seed)

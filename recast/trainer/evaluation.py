@@ -13,8 +13,8 @@ EVAL_SEED_OFFSET = 10_007  # the eval noise generator is seeded with cfg.seed + 
 
 
 def _judge_scores(images: torch.Tensor, prompts: list[str], seed: int) -> dict:
-    """Held-out judges (`recast.judges`): strict / per-attribute accuracy, Fréchet distance, diversity."""
-    from recast import judges
+    """Held-out judges (`recast.digits.judges`): strict / per-attribute accuracy, Fréchet distance, diversity."""
+    from recast.digits import judges
 
     rec = {f"judge/{k}": float(v) for k, v in judges.judge_report(images.cpu(), prompts).as_dict().items() if k != "n"}
     rec["judge/fid"] = float(judges.fid(images.cpu(), prompts, generator=torch.Generator().manual_seed(seed)))

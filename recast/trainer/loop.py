@@ -63,7 +63,7 @@ class Trainer:
         opt = torch.optim.AdamW(self.policy.params, lr=cfg.lr, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
                                 weight_decay=cfg.weight_decay)
         self.model, self.optimizer = self.acc.prepare(self.world.transformer, opt)
-        from recast import rewards
+        from recast.digits import rewards
 
         self.rewards = [rewards.get(n)(self.acc.device) for n in self.reward_names]
         self.K, self.T = len(self.reward_names), cfg.num_steps

@@ -1,7 +1,8 @@
 """The digit world behind the `recast.world.World` protocol.
 
 A thin adapter: every call forwards to the code the trainer uses today (`recast.digits.world.DigitWorld`,
-`recast.digits.data.prompt_set`, `recast.rewards`, `recast.judges`), so behaviour is unchanged bit for bit.
+`recast.digits.data.prompt_set`, `recast.digits.rewards`, `recast.digits.judges`), so behaviour is unchanged bit
+for bit.
 `evaluate` returns the same numbers as `recast.trainer.evaluation._judge_scores`, without the "judge/" prefix.
 """
 
@@ -24,7 +25,7 @@ class DigitsWorld:
     """
 
     def __init__(self, inner):
-        from recast import rewards
+        from recast.digits import rewards
 
         self.inner = inner
         self.reward_settings: dict[str, tuple[str, ...]] = dict(rewards.SETTINGS)
@@ -60,13 +61,13 @@ class DigitsWorld:
         return prompt_set(split)
 
     def reward(self, name: str, device: str | torch.device):
-        from recast import rewards
+        from recast.digits import rewards
 
         return rewards.get(name)(device)
 
     def evaluate(self, images: torch.Tensor, prompts: list[str], *, seed: int = 0) -> dict[str, float]:
         """Strict / per-attribute accuracy, Fréchet distance, and (with repeated prompts) diversity."""
-        from recast import judges
+        from recast.digits import judges
 
         images = images.cpu()
         out = {k: float(v) for k, v in judges.judge_report(images, prompts).as_dict().items() if k != "n"}

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from recast.digits import data
 
-WEIGHTS_PATH: Path = Path(__file__).resolve().parents[2] / "data" / "judges" / "judge_features.safetensors"
+WEIGHTS_PATH: Path = Path(__file__).resolve().parents[3] / "data" / "judges" / "judge_features.safetensors"
 HEADS: tuple[int, ...] = (10, len(data.COLORS), len(data.POSITIONS), len(data.SIZES))  # digit, colour, position, size
 
 
@@ -59,7 +59,7 @@ def _multi_head_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def train_judge_net(steps: int = 1500, seed: int = 0, log_every: int = 0) -> JudgeNet:
     """Train the judge feature net on judge-split canvases (sum of the four heads' cross-entropies)."""
-    from recast.rewards.nets import fit
+    from recast.digits.rewards.nets import fit
 
     torch.manual_seed(seed)
     return fit(JudgeNet(), _judge_batch, _multi_head_loss, steps=steps, seed=seed, log_every=log_every)
@@ -72,7 +72,7 @@ def load_judge_net(path: str | None = None) -> JudgeNet:
     Raises:
         FileNotFoundError: naming the path and the script that makes it.
     """
-    from recast.rewards.nets import TRAIN_SCRIPT, load_net
+    from recast.digits.rewards.nets import TRAIN_SCRIPT, load_net
 
     path = Path(path or WEIGHTS_PATH)
     if not path.exists():

@@ -4,9 +4,9 @@ Everything here is fitted on the ``"judge"`` glyph split, which neither the base
 Fitting happens lazily on first use (cached), never at import.
 """
 
-from recast.judges.attributes import AttributeJudgement, JudgeReport, judge_attributes, judge_report
-from recast.judges.features import diversity, fid, frechet_distance, judge_features
-from recast.judges.preference import WinRate, prefer, quality_distance, win_rate
+from recast.digits.judges.attributes import AttributeJudgement, JudgeReport, judge_attributes, judge_report
+from recast.digits.judges.features import diversity, fid, frechet_distance, judge_features
+from recast.digits.judges.preference import WinRate, prefer, quality_distance, win_rate
 
 __all__ = ["AttributeJudgement", "JudgeReport", "judge_attributes", "judge_report", "diversity", "fid",
            "frechet_distance", "judge_features", "WinRate", "prefer", "quality_distance", "win_rate"]

@@ -15,9 +15,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from recast.digits import data
-from recast.rewards.degrade import degrade, random_degrade
+from recast.digits.rewards.degrade import degrade, random_degrade
 
-WEIGHTS_DIR: Path = Path(__file__).resolve().parents[2] / "data" / "rewards"
+WEIGHTS_DIR: Path = Path(__file__).resolve().parents[3] / "data" / "rewards"
 TRAIN_SCRIPT: str = "scripts/train_reward_models.py"
 
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from recast.digits import data
-from recast.judges.attributes import judge_attributes
-from recast.judges.features import judge_features
+from recast.digits.judges.attributes import judge_attributes
+from recast.digits.judges.features import judge_features
 
 N_REFERENCE: int = 16  # real canvases per prompt for the quality term
 TIE_TOLERANCE: float = 0.05  # judge-feature distance below which two qualities are equal

@@ -3,7 +3,7 @@
 Digit-world rewards take images ``(B, 3, H, W)`` in ``[0, 1]`` and prompt texts, and return float32 ``(B,)`` in
 ``[0, 1]``. Factories do the heavy setup (loading CNN weights); nothing heavy happens at import.
 
-    >>> reward = recast.rewards.get("color")("cpu")
+    >>> reward = recast.digits.rewards.get("color")("cpu")
     >>> r = reward(images, prompts)   # (B,)
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from recast.rewards import digit as _rules
+from recast.digits.rewards import digit as _rules
 
 RewardFn = Callable[[torch.Tensor, list[str]], torch.Tensor]
 Factory = Callable[..., RewardFn]
@@ -45,7 +45,7 @@ def _rule(fn: RewardFn) -> Factory:
 
 def _digit_factory(device: torch.device | str = "cpu", weights_dir=None) -> RewardFn:
     """Probability of the prompted digit under the digit CNN (base-split canvases). Range [0, 1]. Informative mid."""
-    from recast.rewards import nets
+    from recast.digits.rewards import nets
 
     net = nets.load_net("digit_cnn", nets.digit_net, device, weights_dir)
 
@@ -63,7 +63,7 @@ def _digit_factory(device: torch.device | str = "cpu", weights_dir=None) -> Rewa
 def _realism_factory(device: torch.device | str = "cpu", weights_dir=None) -> RewardFn:
     """"Real" probability under the realism CNN (real vs blurred / noisy / speckled / jittered / bled / faded /
     half-denoised canvases). Range [0, 1]. Informative late."""
-    from recast.rewards import nets
+    from recast.digits.rewards import nets
 
     net = nets.load_net("realism_cnn", nets.realism_net, device, weights_dir)
 
