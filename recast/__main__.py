@@ -50,8 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m recast", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="run (or resume) online RL training")
-    t.add_argument("--preset", default="cpu", help="ci | cpu | gpu")
-    t.add_argument("--setting", help="reward setting: compose | quality")
+    t.add_argument("--preset", default="cpu", help="ci | cpu | gpu | sd35")
+    t.add_argument("--world", help="world spec: tiny | digits:PATH | sd3:PATH_OR_HUB_ID | sd3-tiny | a digit-world "
+                   "folder")
+    t.add_argument("--setting", help="the world's reward setting: compose | quality (digits); composition | "
+                   "quality (sd3)")
     t.add_argument("--rewards", help="comma-separated reward names (instead of --setting)")
     t.add_argument("--method", choices=METHODS, help="credit assignment across timesteps")
     t.add_argument("--lam", type=_floats, help="budgets, one per reward, comma-separated (normalised to sum 1)")
@@ -97,7 +100,8 @@ def _demo(args: argparse.Namespace) -> int:
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The TrainConfig the parsed arguments describe."""
     over = {k: v for k, v in dict(setting=args.setting, method=args.method, lam=args.lam, backend=args.backend,
-                                  iterations=args.iterations, seed=args.seed, device=args.device).items()
+                                  iterations=args.iterations, seed=args.seed, device=args.device,
+                                  world=args.world).items()
             if v is not None}
     if args.rewards:
         over["rewards"] = tuple(r for r in args.rewards.split(",") if r)

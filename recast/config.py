@@ -1,6 +1,6 @@
 """Training configuration: one frozen dataclass and named presets.
 
-`preset("ci" | "cpu" | "gpu")` returns a complete `TrainConfig`; override fields with `dataclasses.replace`.
+`preset("ci" | "cpu" | "gpu" | "sd35")` returns a complete `TrainConfig`; override fields with `dataclasses.replace`.
 Every run writes its config (`config.json`) next to its outputs, and `TrainConfig.from_dict` reads it back.
 """
 
@@ -20,8 +20,9 @@ class TrainConfig:
     """Everything one online RL run needs; see RECAST.md for the symbols."""
 
     # --- world and task ---
-    world: str = "tiny"  # "tiny" (random tiny model, tests) or a path to a saved DigitWorld, e.g. "data/digit_base"
-    setting: str = "compose"  # reward setting from recast.digits.rewards.SETTINGS: compose | quality
+    world: str = "tiny"  # world spec (recast.world): "tiny", "digits:PATH", "sd3:PATH_OR_HUB_ID", "sd3-tiny", or a
+    #                      bare folder holding world.json (the digit world), e.g. "data/digit_base"
+    setting: str = "compose"  # the world's reward setting: compose | quality (digits), composition | quality (sd3)
     rewards: tuple[str, ...] = ()  # explicit reward names (overrides `setting` when non-empty)
     lam: tuple[float, ...] = ()  # budgets lambda_k >= 0, one per reward; () = equal; normalised to sum 1
     method: str = "recast"  # recast | uniform | reward_sum | fixed (see RECAST.md §3, §6)
@@ -132,27 +133,50 @@ _PRESETS = {
     "gpu": dict(world="data/digit_base", device="cuda", iterations=400, prompts_per_iter=16, group_size=8,
                 num_steps=10, train_columns=9, informativeness_subset=32, lora_rank=32, lora_alpha=64.0, lr=3e-4,
                 eval_prompts=256, eval_every=50, checkpoint_every=50, grid_every=50),
+    # SD3.5-Medium at DiffusionNFT's scale (docs: README "Paper scale"); never run on these machines. Per process:
+    # 6 prompts x 24 samples, so 8 GPUs draw DiffusionNFT's 48 prompts x 24 images per iteration; 10 steps, 9 of
+    # them trained; LoRA r32 / alpha 64, AdamW 3e-4, bf16. Point --world at a local pipeline folder (or hub id).
+    "sd35": dict(world="sd3:stabilityai/stable-diffusion-3.5-medium", setting="composition", device="cuda",
+                 mixed_precision="bf16", iterations=300, prompts_per_iter=6, group_size=24, num_steps=10,
+                 train_columns=9, informativeness_subset=32, grad_accum=24, lora_rank=32, lora_alpha=64.0, lr=3e-4,
+                 eval_prompts=64, eval_every=25, checkpoint_every=25, grid_every=25),
 }
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def resolve_world(world: str) -> Path | None:
-    """Path of a saved world (relative paths tried from the cwd, then the repo root); None for "tiny" or missing."""
-    if world == "tiny":
-        return None
+def resolve_world(world: str) -> str:
+    """The `recast.world` spec of a config's `world` value (no world is loaded).
+
+    A registered spec ("tiny", "digits:PATH", "sd3:PATH", "sd3-tiny", ...) is kept, a relative digits:PATH missing
+    from the cwd is tried from the repo root, and a bare folder holding world.json (tried from the cwd, then the
+    repo root), such as the presets' "data/digit_base", means the digit world: "digits:FOLDER".
+
+    Raises:
+        FileNotFoundError: a bare value that is neither a registered spec nor a saved digit world.
+    """
+    from recast.world import world_prefixes
+
+    prefix, sep, arg = world.partition(":")
+    if prefix in world_prefixes() or (sep and not Path(world).exists()) or not world.strip():
+        if prefix == "digits" and arg and not Path(arg).exists() and (REPO_ROOT / arg).exists():
+            return f"digits:{REPO_ROOT / arg}"
+        return world  # recast.world.parse_spec names the valid prefixes if this one is unknown
     for p in (Path(world), REPO_ROOT / world):
         if (p / "world.json").is_file():
-            return p
-    return None
+            return f"digits:{p}"
+    raise FileNotFoundError(f"no digit world at {world!r} (world.json missing) and not a world spec "
+                            f"(prefixes: {', '.join(world_prefixes())}): use world='tiny', or make the base model "
+                            "with `python -m recast.digits.pretrain --out data/digit_base`")
 
 
 def preset(name: str, **overrides) -> TrainConfig:
     """A complete, frozen config by name.
 
     Args:
-        name: "ci" (seconds, tiny random world), "cpu" (minutes on 2 cores, base model), "gpu" (one GPU).
+        name: "ci" (seconds, tiny random world), "cpu" (minutes on 2 cores, base model), "gpu" (one GPU),
+            "sd35" (SD3.5-Medium at DiffusionNFT's scale, 8 GPUs).
         **overrides: field overrides applied with `dataclasses.replace`.
 
     Raises:
@@ -164,15 +188,25 @@ def preset(name: str, **overrides) -> TrainConfig:
 
 
 def resolve_rewards(cfg: TrainConfig) -> tuple[str, ...]:
-    """Reward names of a config: `cfg.rewards` or the setting's rewards (raises ValueError naming valid settings)."""
-    from recast.digits import rewards as R
+    """Reward names of a config: `cfg.rewards` or the world's setting, checked against the world's static
+    description (`recast.world.world_info`: no weights are loaded).
 
+    Raises:
+        ValueError: unknown setting or reward (naming the valid ones), or a bad world spec.
+        FileNotFoundError: the world's path does not exist.
+    """
+    from recast.world import world_info
+
+    spec = resolve_world(cfg.world)
+    info = world_info(spec)
     if cfg.rewards:
         names = tuple(cfg.rewards)
     else:
-        if cfg.setting not in R.SETTINGS:
-            raise ValueError(f"unknown setting {cfg.setting!r}; choose one of {sorted(R.SETTINGS)}")
-        names = tuple(R.SETTINGS[cfg.setting])
+        if cfg.setting not in info.reward_settings:
+            raise ValueError(f"unknown setting {cfg.setting!r} for world {spec!r}; choose one of "
+                             f"{sorted(info.reward_settings)}")
+        names = tuple(info.reward_settings[cfg.setting])
     for n in names:
-        R.get(n)  # raises ValueError naming the valid rewards
+        if n not in info.reward_names:
+            raise ValueError(f"unknown reward {n!r} for world {spec!r}; valid: {', '.join(info.reward_names)}")
     return names

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BatchPlan", "plan_batches"]
+__all__ = ["BatchPlan", "plan_batches", "process_plan"]
 
 
 @dataclass(frozen=True)
@@ -69,3 +69,14 @@ def plan_batches(group_size: int, prompts_per_iter: int, num_gpus: int, max_per_
     micro = max(d for d in range(1, min(images, max_per_gpu) + 1) if images % d == 0)
     return BatchPlan(group_size, num_gpus, prompts_per_gpu, images, micro, images // micro,
                      images * num_gpus)
+
+
+def process_plan(cfg, num_processes: int) -> BatchPlan:
+    """The `BatchPlan` of a `TrainConfig` run on `num_processes` processes.
+
+    The trainer's `prompts_per_iter` and `batch_size` are per process, and `grad_accum` splits each process's
+    batch into that many micro-batches, so the plan asks for micro-batches of at most ceil(B / grad_accum) images.
+    """
+    per_process = cfg.B // cfg.group_size
+    return plan_batches(cfg.group_size, per_process * num_processes, num_processes,
+                        max(1, -(-cfg.B // cfg.grad_accum)))

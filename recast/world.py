@@ -12,13 +12,16 @@ Specs (the part before the first ``:`` picks the factory, the rest is its argume
     "sd3-tiny"                 a random tiny SD3 pipeline, for tests        (recast.worlds.sd3.tiny)
 
 Factories are registered as ``"module:attribute"`` strings and imported on first use, so importing this module
-imports no world package (a test checks this).
+imports no world package (a test checks this). Each prefix also has a cheap static description, `world_info(spec)`
+(its reward settings, reward names and prompt splits), read without loading any model weights, so a config is
+checked before any compute.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -26,7 +29,8 @@ import torch
 
 from recast.sampling import PromptEmbeds
 
-__all__ = ["RewardFn", "World", "register_world", "world_prefixes", "load_world", "parse_spec", "sample_prompts"]
+__all__ = ["RewardFn", "World", "WorldInfo", "register_world", "world_prefixes", "load_world", "world_info",
+           "parse_spec", "sample_prompts"]
 
 RewardFn = Callable[[torch.Tensor, list[str]], torch.Tensor]  # (images (B, 3, H, W) in [0, 1], prompts) -> (B,)
 
@@ -69,6 +73,21 @@ class World(Protocol):
         """Held-out judges of images (B, 3, H, W) in [0, 1]: {judge name: value}; `seed` fixes any sampling inside."""
 
 
+@dataclass(frozen=True)
+class WorldInfo:
+    """What a world offers, known without loading it (no model weights read).
+
+    Attributes:
+        reward_settings: named reward sets, as `World.reward_settings`.
+        reward_names: every reward name `World.reward` accepts.
+        splits: prompt splits `World.prompts` accepts.
+    """
+
+    reward_settings: dict[str, tuple[str, ...]]
+    reward_names: tuple[str, ...]
+    splits: tuple[str, ...] = ("train", "test")
+
+
 # prefix -> factory or "module:attribute"; the factory is called as factory(arg) with arg the text after "prefix:"
 # (None for a bare prefix) and returns a World.
 _REGISTRY: dict[str, Callable[[str | None], World] | str] = {
@@ -77,20 +96,33 @@ _REGISTRY: dict[str, Callable[[str | None], World] | str] = {
     "sd3": "recast.worlds.sd3:load_sd3_world",
     "sd3-tiny": "recast.worlds.sd3.tiny:tiny_sd3_world",
 }
+# prefix -> `info(arg) -> WorldInfo` or "module:attribute"; cheap: no weights are read
+_INFO: dict[str, Callable[[str | None], WorldInfo] | str] = {
+    "digits": "recast.worlds.digits:info",
+    "tiny": "recast.worlds.digits:info",
+    "sd3": "recast.worlds.sd3.world:sd3_info",
+    "sd3-tiny": "recast.worlds.sd3.world:sd3_info",
+}
 _NEEDS_ARG = {"digits", "sd3"}  # prefixes whose spec must name a path (or hub id)
 
 
-def register_world(prefix: str, factory: Callable[[str | None], World] | str, *, needs_arg: bool = False) -> None:
+def register_world(prefix: str, factory: Callable[[str | None], World] | str, *, needs_arg: bool = False,
+                   info: Callable[[str | None], WorldInfo] | str | None = None) -> None:
     """Add (or replace) a world factory under `prefix`.
 
     Args:
         prefix: the spec's text before ":" (no ":" or whitespace in it).
         factory: `factory(arg) -> World`, or a lazy "module:attribute" string naming one.
         needs_arg: the spec must carry an argument ("prefix:ARG").
+        info: `info(arg) -> WorldInfo` (or a lazy string); without it, `world_info` builds the world once to read
+            its reward settings (fine for cheap worlds such as a test's fake one).
     """
     if not prefix or ":" in prefix or any(c.isspace() for c in prefix):
         raise ValueError(f"world prefix must be non-empty without ':' or whitespace, got {prefix!r}")
     _REGISTRY[prefix] = factory
+    _INFO.pop(prefix, None)
+    if info is not None:
+        _INFO[prefix] = info
     _NEEDS_ARG.discard(prefix)
     if needs_arg:
         _NEEDS_ARG.add(prefix)
@@ -140,14 +172,34 @@ def load_world(spec: str, **kwargs) -> World:
         ValueError: unknown prefix or malformed spec (naming the valid prefixes).
         FileNotFoundError: the spec names a path that does not exist (hub ids are allowed for "sd3").
     """
-    prefix, arg = parse_spec(spec)
-    if arg is not None and prefix in _NEEDS_ARG and not Path(arg).exists():
-        if not (prefix == "sd3" and _looks_like_hub_id(arg)):
-            raise FileNotFoundError(f"world spec {spec!r}: no such path {arg!r} (valid prefixes: {_valid()})")
+    prefix, arg = _checked(spec)
     world = _resolve(_REGISTRY[prefix])(arg, **kwargs)
     if not isinstance(world, World):
         raise TypeError(f"world factory for {prefix!r} returned {type(world).__name__}, which is not a World")
     return world
+
+
+def world_info(spec: str) -> WorldInfo:
+    """The static description of the world a spec names, without loading its weights.
+
+    Raises:
+        ValueError / FileNotFoundError: as `load_world` (bad spec, missing path), before anything is built.
+    """
+    prefix, arg = _checked(spec)
+    if prefix in _INFO:
+        return _resolve(_INFO[prefix])(arg)
+    world = load_world(spec)  # a registered world without a static description: ask the world itself
+    return WorldInfo({k: tuple(v) for k, v in world.reward_settings.items()},
+                     tuple(dict.fromkeys(n for v in world.reward_settings.values() for n in v)))
+
+
+def _checked(spec: str) -> tuple[str, str | None]:
+    """`parse_spec` plus the path check: FileNotFoundError for a missing path (hub ids are allowed for "sd3")."""
+    prefix, arg = parse_spec(spec)
+    if arg is not None and prefix in _NEEDS_ARG and not Path(arg).exists():
+        if not (prefix == "sd3" and _looks_like_hub_id(arg)):
+            raise FileNotFoundError(f"world spec {spec!r}: no such path {arg!r} (valid prefixes: {_valid()})")
+    return prefix, arg
 
 
 def sample_prompts(world: World, n: int, *, split: str = "train",

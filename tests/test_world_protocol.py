@@ -1,4 +1,5 @@
-"""The World protocol, its registry, the digit adapter's unchanged behaviour, and a 40-line fake world."""
+"""The World protocol, its registry, the digit adapter's unchanged behaviour, and a 40-line fake world that drives
+the trainer with every world package blocked from import."""
 
 import sys
 
@@ -11,10 +12,10 @@ from recast.sampling import PromptEmbeds, predict_velocity, sample_ode, sigma_sc
 
 
 class FakeWorld:
-    """A complete World in ~40 lines: 2x8x8 pixel space, a hashed one-hot 'text encoder', one brightness reward."""
+    """A complete World in ~40 lines: 2x8x8 pixel space, a hashed one-hot 'text encoder', two pixel rewards."""
 
     sample_shape = (2, 8, 8)
-    reward_settings = {"bright": ("brightness",)}
+    reward_settings = {"bright": ("brightness", "contrast")}
 
     def __init__(self):
         with torch.random.fork_rng(devices=[]):
@@ -45,9 +46,11 @@ class FakeWorld:
         return [f"{split} prompt {i}" for i in range(4)]
 
     def reward(self, name, device):
-        if name != "brightness":
+        fns = {"brightness": lambda images: images.mean(dim=(1, 2, 3)),
+               "contrast": lambda images: images.std(dim=(1, 2, 3))}
+        if name not in fns:
             raise ValueError(name)
-        return lambda images, prompts: images.mean(dim=(1, 2, 3)).to(device)
+        return lambda images, prompts: fns[name](images).to(device)
 
     def evaluate(self, images, prompts, *, seed=0):
         return {"mean_brightness": float(images.mean())}
@@ -151,12 +154,68 @@ def test_committed_digit_base_loads_by_spec():
 
 
 def test_digit_adapter_evaluate_matches_the_trainers_judges():
-    from recast.digits import data
+    """The numbers the trainer logged before the seam (its former `_judge_scores`, inlined here), now via evaluate."""
+    from recast.digits import data, judges
     from recast.trainer.evaluation import _judge_scores
 
     prompts = [p for p in data.prompt_set("test")[:2] for _ in range(2)]
     images = data.render(prompts, glyph_split="judge", generator=torch.Generator().manual_seed(0))
-    got = W.load_world("tiny").evaluate(images, prompts, seed=5)
-    want = _judge_scores(images, prompts, 5)
-    assert {f"judge/{k}": v for k, v in got.items()} == want
-    assert got["strict"] == 1.0  # real canvases of the prompt pass the strict judge
+    world = W.load_world("tiny")
+    want = {f"judge/{k}": float(v) for k, v in judges.judge_report(images, prompts).as_dict().items() if k != "n"}
+    want["judge/fid"] = float(judges.fid(images, prompts, generator=torch.Generator().manual_seed(5)))
+    want["judge/diversity"] = float(judges.diversity(images, prompts))
+    assert _judge_scores(world, images, prompts, 5) == want
+    assert list(_judge_scores(world, images, prompts, 5)) == list(want)  # same keys in the same order (eval.jsonl)
+    assert world.evaluate(images, prompts, seed=5)["strict"] == 1.0  # real canvases of the prompt pass the judge
+
+
+def _block_world_packages(monkeypatch):
+    """Make every world package unimportable (sys.modules[name] = None raises ImportError on import)."""
+    for name in [m for m in sys.modules if m.startswith(("recast.digits", "recast.worlds"))] + [
+            "recast.digits", "recast.worlds"]:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+def test_fake_world_drives_the_trainer_on_the_protocol_alone(tmp_path, monkeypatch):
+    from recast.config import TrainConfig, resolve_rewards
+    from recast.trainer import Trainer
+
+    W.register_world("fake", lambda arg, **kw: FakeWorld())
+    try:
+        _block_world_packages(monkeypatch)
+        with pytest.raises(ImportError):
+            import recast.digits.data  # noqa: F401 - the block works
+        cfg = TrainConfig(world="fake", setting="bright", iterations=1, prompts_per_iter=2, group_size=2, num_steps=3,
+                          informativeness_subset=4, lora_rank=2, lora_alpha=4.0, eval_prompts=2, progress=False,
+                          num_threads=1)
+        assert resolve_rewards(cfg) == ("brightness", "contrast")  # from the world itself (no static info given)
+        with pytest.raises(ValueError, match="unknown reward 'digit' for world 'fake'; valid: brightness, contrast"):
+            resolve_rewards(cfg.replace(rewards=("digit",)))
+        tr = Trainer(cfg, tmp_path)
+        before = [p.detach().clone() for p in tr.policy.params]
+        run = tr.run()
+    finally:
+        W._REGISTRY.pop("fake")
+    rec = run.metrics[-1]
+    assert run.reward_names == ("brightness", "contrast") and rec["iteration"] == 1
+    assert 0 <= rec["reward/brightness/mean"] <= 1 and rec["D"] is not None
+    assert any(not torch.equal(a, b) for a, b in zip(before, tr.policy.params))
+    assert set(run.evals[-1]) >= {"reward/weighted", "judge/mean_brightness"}
+
+
+def test_world_info_is_static_and_refuses_bad_worlds_before_loading(tmp_path, monkeypatch):
+    calls = []
+    W.register_world("fake2", lambda arg, **kw: calls.append(arg) or FakeWorld(),
+                     info=lambda arg: W.WorldInfo({"s": ("brightness",)}, ("brightness",)))
+    try:
+        assert W.world_info("fake2").reward_names == ("brightness",) and not calls  # the world was never built
+    finally:
+        W._REGISTRY.pop("fake2"), W._INFO.pop("fake2")
+    info = W.world_info("sd3:stabilityai/stable-diffusion-3.5-medium")  # a hub id: nothing is downloaded or loaded
+    assert info.reward_settings["composition"] == ("geneval", "ocr", "pickscore", "clipscore")
+    assert {"jpeg", "rank:jpeg"} <= set(info.reward_names) and info.splits == ("train", "test")
+    with pytest.raises(FileNotFoundError, match="model_index.json"):
+        W.world_info(f"sd3:{tmp_path}")
+    with pytest.raises(FileNotFoundError, match="world.json missing"):
+        W.world_info(f"digits:{tmp_path}")
+    assert W.world_info("tiny").reward_settings["compose"] == ("digit", "color", "position", "size")

@@ -1,4 +1,4 @@
-"""Evaluation of the EMA policy on held-out test prompts: training rewards, judges, sample grids."""
+"""Evaluation of the EMA policy on held-out test prompts: training rewards, the world's judges, sample grids."""
 
 from __future__ import annotations
 
@@ -12,15 +12,9 @@ __all__ = ["EVAL_SEED_OFFSET", "evaluate"]
 EVAL_SEED_OFFSET = 10_007  # the eval noise generator is seeded with cfg.seed + this, fresh at every evaluation
 
 
-def _judge_scores(images: torch.Tensor, prompts: list[str], seed: int) -> dict:
-    """Held-out judges (`recast.digits.judges`): strict / per-attribute accuracy, Fréchet distance, diversity."""
-    from recast.digits import judges
-
-    rec = {f"judge/{k}": float(v) for k, v in judges.judge_report(images.cpu(), prompts).as_dict().items() if k != "n"}
-    rec["judge/fid"] = float(judges.fid(images.cpu(), prompts, generator=torch.Generator().manual_seed(seed)))
-    if len(set(prompts)) < len(prompts):
-        rec["judge/diversity"] = float(judges.diversity(images.cpu(), prompts))
-    return rec
+def _judge_scores(world, images: torch.Tensor, prompts: list[str], seed: int) -> dict:
+    """The world's held-out judges (`World.evaluate`), keyed "judge/<name>"."""
+    return {f"judge/{k}": float(v) for k, v in world.evaluate(images, prompts, seed=seed).items()}
 
 
 @torch.no_grad()
@@ -32,10 +26,8 @@ def evaluate(trainer, grid: bool = True) -> dict:
     Returns:
         {"iteration", "reward/<name>", "reward/weighted", "judge/<name>"...}
     """
-    from recast.digits.data import prompt_set
-
     cfg = trainer.cfg
-    pool = prompt_set("test")
+    pool = trainer.world.prompts("test")
     prompts = [pool[i % len(pool)] for i in range(cfg.eval_prompts) for _ in range(cfg.eval_group)]
     gen = torch.Generator().manual_seed(cfg.seed + EVAL_SEED_OFFSET)
     noise = torch.randn((len(prompts), *trainer.world.sample_shape), generator=gen).to(trainer.acc.device)
@@ -47,7 +39,7 @@ def evaluate(trainer, grid: bool = True) -> dict:
     rec = {"iteration": trainer.iteration, "reward/weighted": float(weighted)}
     rec.update({f"reward/{n}": float(R[k].mean()) for k, n in enumerate(trainer.reward_names)})
     images = trainer.world.decode(x0)
-    rec.update(_judge_scores(images, prompts, cfg.seed + EVAL_SEED_OFFSET))
+    rec.update(_judge_scores(trainer.world, images, prompts, cfg.seed + EVAL_SEED_OFFSET))
     if grid:
         write_grid(trainer.out / "grids" / f"iter_{trainer.iteration:05d}.png", images[:32])
     return rec

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from recast.config import TrainConfig
+from recast.distributed import process_plan
 from recast.informativeness import InformativenessTracker, tweedie_discriminability
 from recast.io import append_jsonl, write_json
 from recast.sampling import sample_ode, sample_sde, sigma_schedule
@@ -57,15 +58,15 @@ class Trainer:
         self.main = self.acc.is_main_process
         torch.manual_seed(cfg.seed)
         self.world = self._load_world().to(self.acc.device)
-        self.world.text_encoder.requires_grad_(False)
+        self.world.freeze()
         self.policy = Policy(self.world.transformer, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
                              seed=cfg.seed, keep_ref=cfg.kl_beta > 0)
         opt = torch.optim.AdamW(self.policy.params, lr=cfg.lr, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
                                 weight_decay=cfg.weight_decay)
         self.model, self.optimizer = self.acc.prepare(self.world.transformer, opt)
-        from recast.digits import rewards
-
-        self.rewards = [rewards.get(n)(self.acc.device) for n in self.reward_names]
+        self.rewards = [self.world.reward(n, self.acc.device) for n in self.reward_names]
+        if self.main and self.acc.num_processes > 1:
+            print(f"batch plan: {process_plan(cfg, self.acc.num_processes)}", flush=True)
         self.K, self.T = len(self.reward_names), cfg.num_steps
         self.sigmas = sigma_schedule(cfg.num_steps, cfg.shift)
         self.gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.acc.process_index)
@@ -90,19 +91,19 @@ class Trainer:
             self.acc.init_trackers("recast", config={k: str(v) for k, v in cfg.to_dict().items()})
 
     def _load_world(self):
-        from recast.digits.world import load_world, tiny_world
-
         from recast.config import resolve_world
+        from recast.world import load_world
 
-        return tiny_world(self.cfg.seed) if self.cfg.world == "tiny" else load_world(resolve_world(self.cfg.world))
+        return load_world(resolve_world(self.cfg.world), seed=self.cfg.seed)  # seed: random worlds ("tiny")
 
     # ------------------------------------------------------------------ one iteration
     def rollout(self) -> Rollouts:
         """Draw B // G train prompts, G samples each, from the old policy."""
-        from recast.digits.data import sample_prompts
+        from recast.world import sample_prompts
 
         cfg, G = self.cfg, self.cfg.group_size
-        prompts = [p for p in sample_prompts(cfg.B // G, split="train", generator=self.gen) for _ in range(G)]
+        prompts = [p for p in sample_prompts(self.world, cfg.B // G, split="train", generator=self.gen)
+                   for _ in range(G)]
         noise = torch.randn((cfg.B, *self.world.sample_shape), generator=self.gen).to(self.acc.device)
         with torch.no_grad(), self.acc.autocast():
             embeds = self.world.encode_prompts(prompts).detach()

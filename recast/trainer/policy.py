@@ -27,7 +27,8 @@ class Policy:
     """Trainable parameters of a transformer plus old-policy, EMA and reference copies.
 
     Args:
-        transformer: the diffusers SD3 transformer (modified in place: LoRA added, base frozen).
+        transformer: the world's diffusers SD3 transformer, digit or SD3.5 (modified in place: LoRA added, base
+            frozen; LoRA weights kept in fp32 whatever the base dtype).
         lora_rank: LoRA rank on `LORA_TARGETS`; 0 = full fine-tuning.
         lora_alpha: LoRA alpha.
         seed: seeds the LoRA initialisation (the global RNG is left untouched).
@@ -49,6 +50,9 @@ class Policy:
                 torch.manual_seed(seed)
                 transformer.add_adapter(LoraConfig(r=lora_rank, lora_alpha=lora_alpha, init_lora_weights="gaussian",
                                                    target_modules=targets))
+            for p in transformer.parameters():  # adapters on a bf16/fp16 base (SD3 world) train in fp32
+                if p.requires_grad and p.dtype in (torch.float16, torch.bfloat16):
+                    p.data = p.data.float()
         else:
             transformer.requires_grad_(True)
         named = [(n, p) for n, p in transformer.named_parameters() if p.requires_grad]

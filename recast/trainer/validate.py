@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from recast.config import BACKENDS, METHODS, STD_SCOPES, TrainConfig, resolve_rewards, resolve_world
+from recast.config import BACKENDS, METHODS, STD_SCOPES, TrainConfig, resolve_rewards
 from recast.trainer.advantages import normalise_budgets, validate_W
 from recast.trainer.checkpoint import CHECKPOINT, check_resume_config
 
@@ -28,7 +28,7 @@ def validate(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False,
     Raises:
         ValueError: unknown method / backend / setting / reward, bad λ, a group size that does not divide the
             batch, a bad fixed W, out-of-range numbers, or a resume whose config differs from the saved one.
-        FileNotFoundError: missing base model, or nothing to resume from.
+        FileNotFoundError: missing world (base model / pipeline folder), or nothing to resume from.
         FileExistsError: `out_dir` already holds a run and neither resume nor overwrite was asked for.
         PermissionError: `out_dir` is not writable.
     """
@@ -57,9 +57,6 @@ def validate(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False,
         _need(ok, f"config out of range: need {name}")
     if cfg.method == "recast":
         _need(cfg.informativeness_subset >= 2, "informativeness_subset must be >= 2 for method='recast'")
-    if cfg.world != "tiny" and resolve_world(cfg.world) is None:
-        raise FileNotFoundError(f"no digit world at {cfg.world!r} (world.json missing): use world='tiny', or make the "
-                                "base model with `python -m recast.digits.pretrain --out data/digit_base`")
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ import torch
 
 from recast.sampling import PromptEmbeds
 
-__all__ = ["DigitsWorld", "load", "tiny"]
+__all__ = ["DigitsWorld", "load", "tiny", "info"]
 
 
 class DigitsWorld:
@@ -89,3 +89,16 @@ def tiny(arg: str | None = None, *, seed: int = 0, **_) -> DigitsWorld:
     from recast.digits.world import tiny_world
 
     return DigitsWorld(tiny_world(int(arg) if arg else seed))
+
+
+def info(arg: str | None = None):
+    """Static `WorldInfo` of "tiny" and "digits:PATH" (no weights read; a PATH without world.json is refused)."""
+    from pathlib import Path
+
+    from recast.digits import rewards
+    from recast.world import WorldInfo
+
+    if arg is not None and not (Path(arg) / "world.json").is_file() and not arg.isdigit():
+        raise FileNotFoundError(f"no digit world at {arg!r} (world.json missing): make the base model with "
+                                "`python -m recast.digits.pretrain --out data/digit_base`, or use the spec 'tiny'")
+    return WorldInfo(dict(rewards.SETTINGS), rewards.names())

@@ -19,7 +19,7 @@ import torch
 
 from recast.sampling import PromptEmbeds
 
-__all__ = ["SD3Settings", "SD3World", "GuidedTransformer", "load_sd3_world", "DTYPES"]
+__all__ = ["SD3Settings", "SD3World", "GuidedTransformer", "load_sd3_world", "sd3_info", "DTYPES"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DATA_PROMPTS = Path(__file__).resolve().parents[3] / "data" / "prompts"
@@ -205,6 +205,25 @@ class SD3World:
         return GuidedTransformer(transformer, negative, self.settings.guidance_scale)
 
 
+def _not_a_pipeline(path: Path) -> FileNotFoundError:
+    return FileNotFoundError(f"{path} is not a diffusers pipeline folder (no model_index.json); save one with "
+                             "`StableDiffusion3Pipeline.save_pretrained` or `huggingface-cli download "
+                             "stabilityai/stable-diffusion-3.5-medium --local-dir DIR`")
+
+
+def sd3_info(arg: str | None = None):
+    """Static `WorldInfo` of "sd3:PATH" and "sd3-tiny": the SD3 reward registry (each name also as rank:NAME) and
+    the default prompt splits; no weights read. A local folder without model_index.json is refused."""
+    from recast.world import WorldInfo
+    from recast.worlds.sd3 import rewards
+
+    if arg is not None and Path(arg).exists() and not (Path(arg) / "model_index.json").is_file():
+        raise _not_a_pipeline(Path(arg))
+    names = rewards.names()
+    return WorldInfo(dict(rewards.SETTINGS), (*names, *(f"rank:{n}" for n in names)),
+                     tuple(SD3Settings().prompt_files))
+
+
 def load_sd3_world(arg: str, *, settings: SD3Settings = SD3Settings(), allow_download: bool | None = None,
                    **_) -> SD3World:
     """Load a `StableDiffusion3Pipeline` from a local folder (or a hub id where downloads are allowed).
@@ -226,9 +245,7 @@ def load_sd3_world(arg: str, *, settings: SD3Settings = SD3Settings(), allow_dow
         allow_download = os.environ.get("RECAST_ALLOW_DOWNLOAD") == "1"
     path = Path(arg)
     if path.exists() and not (path / "model_index.json").is_file():
-        raise FileNotFoundError(f"{path} is not a diffusers pipeline folder (no model_index.json); save one with "
-                                "`StableDiffusion3Pipeline.save_pretrained` or `huggingface-cli download "
-                                "stabilityai/stable-diffusion-3.5-medium --local-dir DIR`")
+        raise _not_a_pipeline(path)
     extra = {"text_encoder_3": None, "tokenizer_3": None} if settings.drop_t5 else {}
     try:
         with warnings.catch_warnings():  # diffusers >= 0.36 renames torch_dtype to dtype; older ones know only this
