@@ -134,11 +134,12 @@ _PRESETS = {
                 num_steps=10, train_columns=9, informativeness_subset=32, lora_rank=32, lora_alpha=64.0, lr=3e-4,
                 eval_prompts=256, eval_every=50, checkpoint_every=50, grid_every=50),
     # SD3.5-Medium at DiffusionNFT's scale (docs: README "Paper scale"); never run on these machines. Per process:
-    # 6 prompts x 24 samples, so 8 GPUs draw DiffusionNFT's 48 prompts x 24 images per iteration; 10 steps, 9 of
-    # them trained; LoRA r32 / alpha 64, AdamW 3e-4, bf16. Point --world at a local pipeline folder (or hub id).
+    # 6 prompts x 24 samples, so 8 GPUs draw DiffusionNFT's 48 prompts x 24 images per iteration, in micro-batches
+    # of 9 (16 accumulation steps); 10 steps, 9 of them trained; LoRA r32 / alpha 64, AdamW 3e-4, bf16. Point
+    # --world at a local pipeline folder (or a hub id where downloads are allowed).
     "sd35": dict(world="sd3:stabilityai/stable-diffusion-3.5-medium", setting="composition", device="cuda",
                  mixed_precision="bf16", iterations=300, prompts_per_iter=6, group_size=24, num_steps=10,
-                 train_columns=9, informativeness_subset=32, grad_accum=24, lora_rank=32, lora_alpha=64.0, lr=3e-4,
+                 train_columns=9, informativeness_subset=32, grad_accum=16, lora_rank=32, lora_alpha=64.0, lr=3e-4,
                  eval_prompts=64, eval_every=25, checkpoint_every=25, grid_every=25),
 }
 
