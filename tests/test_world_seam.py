@@ -148,3 +148,22 @@ def test_digit_world_numbers_unchanged_by_the_seam(tmp_path):
             rec = {k: v for k, v in json.loads(line).items() if not k.startswith("time/")}
             h.update((name + json.dumps(rec) + "\n").encode())
     assert h.hexdigest() == CI_RUN_SHA
+
+
+def test_policy_trains_fp32_lora_on_a_bf16_base():
+    from diffusers import SD3Transformer2DModel
+
+    from recast.sampling import PromptEmbeds, predict_velocity
+    from recast.trainer.policy import Policy
+
+    torch.manual_seed(0)
+    tr = SD3Transformer2DModel(sample_size=8, patch_size=2, in_channels=2, out_channels=2, num_layers=1,
+                               attention_head_dim=8, num_attention_heads=2, joint_attention_dim=8,
+                               caption_projection_dim=16, pooled_projection_dim=8, pos_embed_max_size=4)
+    pol = Policy(tr.to(torch.bfloat16), lora_rank=2, lora_alpha=4.0)
+    assert pol.params and all(p.dtype == torch.float32 for p in pol.params + pol.old + pol.ema)
+    assert all(p.dtype == torch.bfloat16 for n, p in tr.named_parameters() if "lora_" not in n)
+    e = PromptEmbeds(torch.randn(1, 3, 8, dtype=torch.bfloat16), torch.randn(1, 8, dtype=torch.bfloat16))
+    v = predict_velocity(tr, torch.randn(1, 2, 8, 8, dtype=torch.bfloat16), 0.5, e)
+    v.float().pow(2).mean().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in pol.params)
