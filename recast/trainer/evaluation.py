@@ -13,10 +13,12 @@ EVAL_SEED_OFFSET = 10_007  # the eval noise generator is seeded with cfg.seed + 
 
 
 def _judge_scores(images: torch.Tensor, prompts: list[str], seed: int) -> dict:
-    """Held-out judges (`recast.judges`): strict / per-attribute accuracy, Fréchet distance, diversity."""
+    """Held-out judges (`recast.judges`): strict / per-attribute accuracy, defect rates, Fréchet distance, diversity."""
     from recast import judges
 
     rec = {f"judge/{k}": float(v) for k, v in judges.judge_report(images.cpu(), prompts).as_dict().items() if k != "n"}
+    rec.update({f"judge/defect_{k}": float(v) for k, v in judges.defect_report(images.cpu()).as_dict().items()
+                if k not in ("n", "clean")})
     rec["judge/fid"] = float(judges.fid(images.cpu(), prompts, generator=torch.Generator().manual_seed(seed)))
     if len(set(prompts)) < len(prompts):
         rec["judge/diversity"] = float(judges.diversity(images.cpu(), prompts))
