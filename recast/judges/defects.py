@@ -7,9 +7,9 @@ without the other by exploiting a quirk of either:
 - ``blur``: the steepest edge. ``I`` is normalised to [0, 1] between its median (background) and its maximum; a real
   glyph has a neighbour-to-neighbour step of at least ~0.8 somewhere, a blurred one (std >= 0.9 px) at most ~0.5.
   (The ``sharpness`` reward measures mean gradient energy relative to ink energy instead.)
-- ``speckle``: connected components of the ink mask ``I > 0.3`` (scipy.ndimage.label, 8-connectivity) of at most
-  ``SPECKLE_MAX_PIXELS`` pixels lying more than ``SPECKLE_GAP`` pixels from the largest component. (The ``clean``
-  reward measures soft stray intensity outside a dilated stroke mask instead.)
+- ``speckle``: at least ``SPECKLE_MIN_COUNT`` specks, small components of the ink mask far from the glyph
+  (`recast.judges.ink.split_ink`). (The ``clean`` reward measures soft stray intensity outside a dilated stroke mask
+  instead.)
 - ``fade``: the background level, the median of ``I``. (The ``contrast`` reward multiplies ink level, saturation and
   the darker half's mean instead.)
 
@@ -21,19 +21,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import numpy as np
 import torch
 
 from recast.digits import data
+from recast.judges.ink import split_ink
 
 __all__ = ["DefectJudgement", "DefectReport", "judge_defects", "defect_report"]
 
 BLUR_MAX_STEP: float = 0.65  # a canvas whose steepest normalised step is below this is blurred
-SPECKLE_MAX_PIXELS: int = 3  # components this small (or smaller) may be speckles ...
-SPECKLE_GAP: int = 2  # ... when they lie more than this many pixels from the main glyph
-SPECKLE_MIN_COUNT: int = 2  # this many isolated specks make a canvas speckled
+SPECKLE_MIN_COUNT: int = 2  # this many isolated specks (recast.judges.ink.split_ink) make a canvas speckled
 FADE_BACKGROUND: float = 0.08  # a median intensity above this is a washed-out background
-INK_THRESHOLD: float = 0.3  # the ink mask, as for the attribute judges
 
 
 @dataclass(frozen=True)
@@ -75,20 +72,6 @@ def _max_step(I: torch.Tensor) -> torch.Tensor:
     return torch.maximum(gy, gx)
 
 
-def _isolated_specks(mask: np.ndarray) -> int:
-    """Number of small components farther than ``SPECKLE_GAP`` px from the largest one, in one (H, W) mask."""
-    from scipy import ndimage
-
-    labels, n = ndimage.label(mask, structure=np.ones((3, 3), dtype=bool))
-    if n < 2:
-        return 0
-    sizes = np.bincount(labels.ravel())[1:]
-    main = labels == (int(np.argmax(sizes)) + 1)
-    near = ndimage.binary_dilation(main, structure=np.ones((3, 3), dtype=bool), iterations=SPECKLE_GAP)
-    return sum(1 for k, s in enumerate(sizes, start=1)
-               if s <= SPECKLE_MAX_PIXELS and not (near & (labels == k)).any())
-
-
 def judge_defects(images: torch.Tensor) -> DefectJudgement:
     """Judge every defect of every canvas.
 
@@ -101,8 +84,7 @@ def judge_defects(images: torch.Tensor) -> DefectJudgement:
     if images.ndim != 4 or images.shape[1] != 3:
         raise ValueError(f"expected images of shape (B, 3, H, W), got {tuple(images.shape)}")
     I = data.ink_intensity(images.detach().float().cpu())
-    masks = (I > INK_THRESHOLD).numpy()
-    specks = torch.tensor([_isolated_specks(m) for m in masks])
+    _, specks = split_ink(I)
     return DefectJudgement(blur=_max_step(I) < BLUR_MAX_STEP, speckle=specks >= SPECKLE_MIN_COUNT,
                            fade=I.flatten(1).median(1).values > FADE_BACKGROUND)
 
