@@ -105,3 +105,23 @@ def test_prompt_count_must_match(batch, fns):
     images, prompts, _ = batch
     with pytest.raises(ValueError):
         fns["color"](images, prompts[:-1])
+
+
+def test_size_reward_is_a_saturating_soft_verdict():
+    from recast.digits.rewards.digit import _size_threshold, ink_side, size_reward
+
+    gen = torch.Generator().manual_seed(4)
+    specs = [data.PromptSpec(d, "green", "bottom right", s) for s in data.SIZES for d in data.DIGITS for _ in range(4)]
+    images = data.render(specs, generator=gen)
+    right = size_reward(images, [s.text for s in specs])
+    wrong = size_reward(images, [data.PromptSpec(s.digit, s.color, s.position, _other(data.SIZES, s.size)).text
+                                 for s in specs])
+    assert right.median() > 0.95 and wrong.median() < 0.05
+    assert 8 < _size_threshold() < 12  # between the two real sides
+    # a crisp square of side k has ink_side exactly k, and the reward is monotone in it and saturates
+    squares = torch.zeros(9, 3, data.CANVAS, data.CANVAS)
+    for i, k in enumerate(range(4, 22, 2)):
+        squares[i, 0, :k, :k] = 1.0
+    assert torch.allclose(ink_side(squares), torch.arange(4, 22, 2).float(), atol=0.01)
+    large = size_reward(squares, ["a large red 1 at the top left"] * 9)
+    assert (large.diff() > 0).all() and large[-1] > 0.99 and large[0] < 0.01

@@ -162,6 +162,8 @@ def test_digit_adapter_evaluate_matches_the_trainers_judges():
     images = data.render(prompts, glyph_split="judge", generator=torch.Generator().manual_seed(0))
     world = W.load_world("tiny")
     want = {f"judge/{k}": float(v) for k, v in judges.judge_report(images, prompts).as_dict().items() if k != "n"}
+    want.update({f"judge/defect_{k}": float(v) for k, v in judges.defect_report(images).as_dict().items()
+                 if k not in ("n", "clean")})  # added after the seam: defect rates
     want["judge/fid"] = float(judges.fid(images, prompts, generator=torch.Generator().manual_seed(5)))
     want["judge/diversity"] = float(judges.diversity(images, prompts))
     assert _judge_scores(world, images, prompts, 5) == want

@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 from tqdm.auto import tqdm
 
-from recast.digits.data import sample_batch, to_model
+from recast.digits.corruption import Corruption, sample_corrupted_batch
+from recast.digits.data import to_model
 from recast.digits.world import PRESETS, DigitWorld, build_world, save_world
 from recast.sampling import predict_velocity
 
@@ -53,6 +54,7 @@ class PretrainConfig:
     device: str = "cpu"  # cpu | cuda
     log_every: int = 10  # record the (mean) loss every this many steps
     progress: bool = True  # show a tqdm progress bar
+    corruption: Corruption = Corruption()  # caption corruption / defect rates (recast.digits.corruption); 0 = none
 
 
 @dataclass(frozen=True)
@@ -130,10 +132,12 @@ def pretrain(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: _lr_factor(step, config))
     data_gen = torch.Generator().manual_seed(config.seed)
     noise_gen = torch.Generator().manual_seed(config.seed + 1)
+    corrupt_gen = torch.Generator().manual_seed(config.seed + 2)
     history = PretrainHistory(config=asdict(config))
     running = []
     for step in tqdm(range(config.steps), disable=not config.progress, desc="pretrain"):
-        images, prompts = sample_batch(config.batch_size, split="train", glyph_split="base", generator=data_gen)
+        images, prompts = sample_corrupted_batch(config.batch_size, config.corruption, glyph_split="base",
+                                                 generator=data_gen, corruption_generator=corrupt_gen)
         x0 = to_model(images).to(config.device)
         sigma = sample_sigmas(config.batch_size, config.sigma_sampling, noise_gen).to(config.device)
         eps = torch.randn(x0.shape, generator=noise_gen).to(config.device)
@@ -190,6 +194,23 @@ def evaluate_world(world: DigitWorld, *, n: int = 64, split: str = "train", num_
     return judge_report(torch.cat(images), prompts)
 
 
+def parse_corruption(text: str, error=None) -> Corruption:
+    """Parse ``"color=0.45,size=0.4"`` into a `Corruption`; calls ``error(msg)`` (or raises ValueError) on bad input."""
+    kw = {}
+    try:
+        for item in filter(None, (t.strip() for t in text.split(","))):
+            name, _, value = item.partition("=")
+            if name.strip() not in Corruption.__dataclass_fields__:
+                raise ValueError(f"unknown corruption {name.strip()!r}; valid: "
+                                 f"{', '.join(Corruption.__dataclass_fields__)}")
+            kw[name.strip()] = float(value)
+        return Corruption(**kw)
+    except ValueError as err:
+        if error is None:
+            raise
+        error(f"--corrupt: {err}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """CLI: `python -m recast.digits.pretrain --steps N --out DIR [--seed S] [--threads K]`, or
     `python -m recast.digits.pretrain --eval DIR [--n 128] [--num-steps 10] [--shift 3]` to judge a checkpoint."""
@@ -204,6 +225,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=PretrainConfig.seed)
     parser.add_argument("--threads", type=int, default=PretrainConfig.num_threads)
     parser.add_argument("--device", default=PretrainConfig.device)
+    parser.add_argument("--corrupt", default="", help="caption corruption / defect rates, e.g. "
+                        "'color=0.45,position=0.45,size=0.4,blur=0.3' (recast.digits.corruption.Corruption)")
     parser.add_argument("--out", help="checkpoint folder to write (replaced atomically)")
     parser.add_argument("--eval", help="instead of training, judge ODE samples of this checkpoint folder")
     parser.add_argument("--n", type=int, default=128, help="--eval: samples per prompt split")
@@ -224,7 +247,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--out is required for training")
     config = PretrainConfig(steps=args.steps, batch_size=args.batch_size, decay_steps=args.decay_steps,
                             lr=args.lr, warmup_steps=args.warmup_steps, init_from=args.init, preset=args.preset, seed=args.seed,
-                            num_threads=args.threads, device=args.device)
+                            num_threads=args.threads, device=args.device,
+                            corruption=parse_corruption(args.corrupt, parser.error))
     world, history = pretrain(config)
     save_world(world, args.out)
     from recast.io import write_json

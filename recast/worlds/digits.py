@@ -71,6 +71,8 @@ class DigitsWorld:
 
         images = images.cpu()
         out = {k: float(v) for k, v in judges.judge_report(images, prompts).as_dict().items() if k != "n"}
+        out.update({f"defect_{k}": float(v) for k, v in judges.defect_report(images).as_dict().items()
+                    if k not in ("n", "clean")})
         out["fid"] = float(judges.fid(images, prompts, generator=torch.Generator().manual_seed(seed)))
         if len(set(prompts)) < len(prompts):
             out["diversity"] = float(judges.diversity(images, prompts))

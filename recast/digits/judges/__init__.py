@@ -1,12 +1,14 @@
-"""Held-out judges, never used by training: attribute accuracies, Fréchet distance, diversity, pairwise preference.
+"""Held-out judges, never used by training: attribute accuracies, defect rates, Fréchet distance, diversity, pairwise preference.
 
 Everything here is fitted on the ``"judge"`` glyph split, which neither the base model nor the reward models see.
 Fitting happens lazily on first use (cached), never at import.
 """
 
 from recast.digits.judges.attributes import AttributeJudgement, JudgeReport, judge_attributes, judge_report
+from recast.digits.judges.defects import DefectJudgement, DefectReport, defect_report, judge_defects
 from recast.digits.judges.features import diversity, fid, frechet_distance, judge_features
 from recast.digits.judges.preference import WinRate, prefer, quality_distance, win_rate
 
-__all__ = ["AttributeJudgement", "JudgeReport", "judge_attributes", "judge_report", "diversity", "fid",
+__all__ = ["AttributeJudgement", "JudgeReport", "judge_attributes", "judge_report", "DefectJudgement", "DefectReport",
+           "defect_report", "judge_defects", "diversity", "fid",
            "frechet_distance", "judge_features", "WinRate", "prefer", "quality_distance", "win_rate"]

@@ -2,7 +2,8 @@
 
 Independent of the training rewards by construction: the digit is read by a scikit-learn ``SVC`` (RBF kernel, a
 different model family from the reward CNN) fitted on canvases rendered from the ``"judge"`` glyph split only;
-colour, position and size are hard rules on the thresholded ink mask ``I > 0.3`` (``I`` = channel maximum):
+colour, position and size are hard rules on the glyph: the thresholded ink mask ``I > 0.3`` (``I`` = channel
+maximum) less isolated specks (`recast.digits.judges.ink`):
 
 - colour: nearest palette RGB to the mean mask colour divided by its mean intensity;
 - position: the quadrant whose centre is nearest to the mask centroid;
@@ -23,8 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from recast.digits import data
-
-INK_THRESHOLD: float = 0.3  # intensity above which a pixel is ink for the rules
+from recast.digits.judges.ink import split_ink
 ATTRIBUTES: tuple[str, ...] = ("digit", "color", "position", "size")
 
 
@@ -63,7 +63,7 @@ def _mask_stats(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     """Intensity ``(B, H, W)``, ink mask ``(B, H, W)`` bool, mask pixel count ``(B,)``, bounding boxes ``(B, 4)``
     as (y0, x0, y1, x1) inclusive (zeros where there is no ink)."""
     I = data.ink_intensity(images.float())
-    mask = I > INK_THRESHOLD
+    mask, _ = split_ink(I)  # the glyph: isolated specks are a quality defect, not part of the digit
     H, W = I.shape[-2:]
     rows, cols = mask.any(2), mask.any(1)
     ar_h, ar_w = torch.arange(H), torch.arange(W)

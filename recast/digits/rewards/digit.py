@@ -12,6 +12,7 @@ low-frequency structure and can judge a sample early; ``size`` early-to-mid; ``d
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +21,9 @@ from recast.digits import data
 
 COLOR_WIDTH: float = 0.35  # std of the colour kernel in normalised-RGB units (red..yellow distance = 1)
 POSITION_WIDTH: float = 3.0  # std of the position kernel in pixels (adjacent region centres are 12 px apart)
-SIZE_WIDTH: float = 0.15  # std of the size kernel in log-extent units (log(12 / 8) = 0.41)
+SIZE_WIDTH: float = 0.06  # width of the size reward's soft threshold in log-side units (log(12 / 8) = 0.41)
+SIZE_INK_LEVEL: float = 0.3  # intensity at which a pixel counts half as ink for the size reward's soft box
+SIZE_INK_TEMP: float = 0.1  # softness of that count (a sigmoid's temperature in intensity units)
 SHARPNESS_SCALE: float = 0.35  # gradient-to-intensity energy ratio at which sharpness = 1 - 1/e
 CLEAN_SCALE: float = 0.02  # mean stray intensity per pixel at which clean = 1/e
 GLYPH_HALF_WINDOW: float = 8.0  # half side in pixels of the box around the ink centroid that may hold ink
@@ -80,33 +83,35 @@ def position_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return torch.exp(-d2 / (2 * POSITION_WIDTH ** 2)).float()
 
 
-def ink_extent(images: torch.Tensor) -> torch.Tensor:
-    """Soft extent of the ink ``(B,)`` in pixels: ``2 sqrt(var_y + var_x)`` of the I^2-weighted pixel positions."""
-    _, var, _ = _moments(images)
-    return 2.0 * var.sum(1).clamp_min(_EPS).sqrt()
+def ink_side(images: torch.Tensor) -> torch.Tensor:
+    """Soft side of the ink's bounding box ``(B,)`` in pixels: the larger of the soft counts of rows and of columns
+    that hold ink, with a pixel's "is ink" softened to ``sigmoid((I - 0.3) / SIZE_INK_TEMP)`` (rescaled to be 0 at
+    I = 0 and 1 at I = 1) and a row's to the maximum over the row. Smooth in the image, and equal to the box side on
+    a crisp canvas without gaps."""
+    lo, hi = (torch.sigmoid(torch.tensor((v - SIZE_INK_LEVEL) / SIZE_INK_TEMP)).item() for v in (0.0, 1.0))
+    soft = (torch.sigmoid((data.ink_intensity(images) - SIZE_INK_LEVEL) / SIZE_INK_TEMP) - lo) / (hi - lo)
+    return torch.maximum(soft.amax(2).sum(1), soft.amax(1).sum(1))
 
 
 @functools.lru_cache(maxsize=1)
-def _extent_table() -> torch.Tensor:
-    """Median extent of real canvases ``(10 digits, n_sizes)``: the size reward's targets (base glyphs, seed 0)."""
+def _size_threshold() -> float:
+    """Geometric mean of the median `ink_side` of real small and large canvases (base glyphs, seed 0)."""
     gen = torch.Generator().manual_seed(0)
-    table = torch.zeros(10, len(data.SIZES))
-    for j, size in enumerate(data.SIZES):
-        specs = [data.PromptSpec(d, "red", "top left", size) for d in data.DIGITS for _ in range(24)]
-        e = ink_extent(data.render(specs, generator=gen)).reshape(10, 24)
-        table[:, j] = e.median(1).values
-    return table
+    specs = [data.PromptSpec(d, "red", "top left", size) for size in data.SIZES for d in data.DIGITS for _ in range(24)]
+    side = ink_side(data.render(specs, generator=gen)).reshape(len(data.SIZES), -1).median(1).values
+    return float(side.log().mean().exp())
 
 
 def size_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-    """``exp(-log(e / e*)^2 / (2 w^2))``: ink extent ``e`` vs the median extent ``e*`` of real canvases of the
-    prompted digit and size. Range [0, 1]; the other size scores ~0.03. Informative early to mid."""
+    """Soft verdict "the glyph is the prompted size": ``sigmoid(+-(log side - log t) / w)`` with ``side = ink_side``,
+    ``t`` midway (geometric mean) between real small and large sides, ``+`` for large and ``-`` for small prompts.
+    Range (0, 1); a real canvas of the prompted size scores > 0.95, of the other size < 0.05. It saturates on both
+    sides, so a glyph gains nothing by growing (or shrinking) past the real sizes. Informative early to mid."""
     specs = _specs(prompts, images.shape[0])
-    sizes = list(data.SIZES)
-    idx = torch.tensor([[s.digit, sizes.index(s.size)] for s in specs])
-    target = _extent_table()[idx[:, 0], idx[:, 1]].to(images.device, images.dtype)
-    log_ratio = torch.log(ink_extent(images) + _EPS) - torch.log(target)
-    return torch.exp(-log_ratio ** 2 / (2 * SIZE_WIDTH ** 2)).float()
+    sign = torch.tensor([1.0 if s.size == "large" else -1.0 for s in specs], dtype=images.dtype,
+                        device=images.device)
+    log_ratio = torch.log(ink_side(images).clamp_min(_EPS)) - math.log(_size_threshold())
+    return torch.sigmoid(sign * log_ratio / SIZE_WIDTH).float()
 
 
 def sharpness_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
@@ -161,4 +166,4 @@ def contrast_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
 
 __all__ = ["color_reward", "position_reward", "size_reward", "sharpness_reward", "clean_reward", "contrast_reward",
-           "ink_color", "ink_extent", "stray_ink"]
+           "ink_color", "ink_side", "stray_ink"]

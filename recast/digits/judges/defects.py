@@ -1,0 +1,96 @@
+"""Held-out defect judges: is a canvas blurred, speckled or washed out?
+
+These are the quality counterparts of the attribute judges: hard rules on the ink map ``I`` (channel maximum), each
+reading a different statistic than the training reward for the same property, so that a policy cannot satisfy one
+without the other by exploiting a quirk of either:
+
+- ``blur``: the steepest edge. ``I`` is normalised to [0, 1] between its median (background) and its maximum; a real
+  glyph has a neighbour-to-neighbour step of at least ~0.8 somewhere, a blurred one (std >= 0.9 px) at most ~0.5.
+  (The ``sharpness`` reward measures mean gradient energy relative to ink energy instead.)
+- ``speckle``: at least ``SPECKLE_MIN_COUNT`` specks, small components of the ink mask far from the glyph
+  (`recast.digits.judges.ink.split_ink`). (The ``clean`` reward measures soft stray intensity outside a dilated stroke mask
+  instead.)
+- ``fade``: the background level, the median of ``I``. (The ``contrast`` reward multiplies ink level, saturation and
+  the darker half's mean instead.)
+
+Thresholds sit between real judge-glyph canvases and canvases degraded by `recast.digits.corruption.DEFECTS`;
+`tests/test_defects.py` checks both error rates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from recast.digits import data
+from recast.digits.judges.ink import split_ink
+
+__all__ = ["DefectJudgement", "DefectReport", "judge_defects", "defect_report"]
+
+BLUR_MAX_STEP: float = 0.65  # a canvas whose steepest normalised step is below this is blurred
+SPECKLE_MIN_COUNT: int = 2  # this many isolated specks (recast.digits.judges.ink.split_ink) make a canvas speckled
+FADE_BACKGROUND: float = 0.08  # a median intensity above this is a washed-out background
+
+
+@dataclass(frozen=True)
+class DefectJudgement:
+    """Per-sample verdicts, bool tensors ``(B,)``: True = the defect is present."""
+
+    blur: torch.Tensor
+    speckle: torch.Tensor
+    fade: torch.Tensor
+
+    @property
+    def any(self) -> torch.Tensor:
+        """True where at least one defect is present."""
+        return self.blur | self.speckle | self.fade
+
+
+@dataclass(frozen=True)
+class DefectReport:
+    """Defect rates in [0, 1] over ``n`` samples; ``clean`` = share with no defect at all."""
+
+    blur: float
+    speckle: float
+    fade: float
+    clean: float
+    n: int
+
+    def as_dict(self) -> dict[str, float]:
+        """The report as a plain dict."""
+        return asdict(self)
+
+
+def _max_step(I: torch.Tensor) -> torch.Tensor:
+    """Steepest neighbour step ``(B,)`` of ``I`` normalised between its median and its maximum."""
+    flat = I.flatten(1)
+    bg, top = flat.median(1).values, flat.amax(1)
+    In = (I - bg[:, None, None]) / (top - bg).clamp_min(1e-3)[:, None, None]
+    gy = (In[:, 1:] - In[:, :-1]).abs().flatten(1).amax(1)
+    gx = (In[:, :, 1:] - In[:, :, :-1]).abs().flatten(1).amax(1)
+    return torch.maximum(gy, gx)
+
+
+def judge_defects(images: torch.Tensor) -> DefectJudgement:
+    """Judge every defect of every canvas.
+
+    Args:
+        images: ``(B, 3, H, W)`` in ``[0, 1]``.
+
+    Returns:
+        ``DefectJudgement`` of bool ``(B,)`` tensors (on CPU). A canvas without any ink counts as blurred.
+    """
+    if images.ndim != 4 or images.shape[1] != 3:
+        raise ValueError(f"expected images of shape (B, 3, H, W), got {tuple(images.shape)}")
+    I = data.ink_intensity(images.detach().float().cpu())
+    _, specks = split_ink(I)
+    return DefectJudgement(blur=_max_step(I) < BLUR_MAX_STEP, speckle=specks >= SPECKLE_MIN_COUNT,
+                           fade=I.flatten(1).median(1).values > FADE_BACKGROUND)
+
+
+def defect_report(images: torch.Tensor) -> DefectReport:
+    """Defect rates of a batch (see ``judge_defects``)."""
+    j = judge_defects(images)
+    rate = {k: getattr(j, k).float().mean().item() for k in ("blur", "speckle", "fade")}
+    return DefectReport(clean=(~j.any).float().mean().item(), n=len(images), **rate)
