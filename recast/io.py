@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 __all__ = ["to_jsonable", "current_umask", "atomic_write_bytes", "write_json", "read_json", "append_jsonl", "read_jsonl",
-           "write_csv"]
+           "write_csv", "remove_stale_temps"]
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -69,9 +69,19 @@ def write_json(path: str | os.PathLike, obj: Any) -> Path:
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file."""
-    with open(path) as fh:
-        return json.load(fh)
+    """Read a JSON file.
+
+    Raises:
+        ValueError: the file is not valid JSON (the message names the file, line and column).
+    """
+    with open(path, "rb") as fh:
+        data = fh.read()
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not a UTF-8 JSON file ({err.reason} at byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}") from None
 
 
 def append_jsonl(path: str | os.PathLike, record: dict) -> None:
@@ -81,6 +91,19 @@ def append_jsonl(path: str | os.PathLike, record: dict) -> None:
     with open(path, "a") as fh:
         fh.write(json.dumps(to_jsonable(record)) + "\n")
         fh.flush()
+
+
+def remove_stale_temps(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temp files `atomic_write_bytes` leaves when its process is killed mid-write.
+
+    Only call this while holding the folder's run lock: another live writer's temp file looks the same.
+    """
+    removed = []
+    for p in Path(folder).glob(".*.tmp"):
+        if p.is_file():
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
