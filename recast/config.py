@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -256,9 +257,19 @@ def parse_field(name: str, text: str):
 
 
 def _is_number(v, *, finite: bool) -> bool:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
         return False
     return math.isfinite(v) or (not finite and v == math.inf)
+
+
+def _items(v) -> list | None:
+    """A sequence's items as a list (tuples, lists, 1-D arrays and tensors), or None for anything else."""
+    if isinstance(v, (tuple, list)):
+        return list(v)
+    if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):
+        items = v.tolist()
+        return items if isinstance(items, list) else None
+    return None
 
 
 def check_field_types(cfg: TrainConfig) -> None:
@@ -273,18 +284,20 @@ def check_field_types(cfg: TrainConfig) -> None:
         if typ == "float":
             ok = _is_number(v, finite=finite)
         elif typ == "int":
-            ok = isinstance(v, int) and not isinstance(v, bool)
+            ok = isinstance(v, numbers.Integral) and not isinstance(v, bool)
         elif typ == "bool":
             ok = isinstance(v, bool)
         elif typ == "str":
             ok = isinstance(v, str)
         elif typ.startswith("tuple[tuple[float"):
-            ok = isinstance(v, (tuple, list)) and all(
-                isinstance(r, (tuple, list)) and all(_is_number(x, finite=True) for x in r) for r in v)
+            rows = _items(v)
+            ok = rows is not None and all(
+                _items(r) is not None and all(_is_number(x, finite=True) for x in _items(r)) for r in rows)
         elif typ.startswith("tuple[float"):
-            ok = isinstance(v, (tuple, list)) and all(_is_number(x, finite=True) for x in v)
+            items = _items(v)
+            ok = items is not None and all(_is_number(x, finite=True) for x in items)
             if ok and "..." not in typ:
-                ok = len(v) == typ.count("float")
+                ok = len(items) == typ.count("float")
         elif typ.startswith("tuple[str"):
             ok = isinstance(v, (tuple, list)) and all(isinstance(x, str) for x in v)
         else:

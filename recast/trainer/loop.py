@@ -78,7 +78,7 @@ class Trainer:
             raise ValueError(f"cannot load the world {cfg.world!r}: {first}") from None
         self.world = world.to(self.acc.device)
         self.world_fingerprint = ckpt.weights_fingerprint(
-            {id(m): m for m in [getattr(self.world, "transformer", None), *vars(self.world).values()]
+            {id(m): m for m in [getattr(self.world, "transformer", None), *getattr(self.world, "__dict__", {}).values()]
              if isinstance(m, torch.nn.Module)}.values())
         self.world.text_encoder.requires_grad_(False)
         self.policy = Policy(self.world.transformer, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
@@ -103,8 +103,9 @@ class Trainer:
         self.D = None
         self.iteration = 0
         self.resumed = resume
-        if self.main:
-            remove_stale_temps(self.out)  # safe: we hold the lock, so no live writer owns them
+        if self.main:  # safe: we hold the lock, so no live writer owns these temp files
+            for folder in (self.out, self.out / "grids"):
+                remove_stale_temps(folder)
         if resume:
             self._resume()
         elif self.main:
@@ -292,7 +293,11 @@ class Trainer:
             self.tracker.load_state_dict(state["tracker"])
         self.W, self.D, self.iteration = state["W"], state["D"], int(state["iteration"])
         if self.main:
-            ckpt.restore_logs(self.out, state["logs"])
+            if "logs" in state:
+                ckpt.restore_logs(self.out, state["logs"])
+            else:  # a checkpoint written without its logs: keep what the files hold up to its iteration
+                for name in ckpt.LOG_FILES:
+                    ckpt.truncate_jsonl(self.out / name, self.iteration)
 
     # ------------------------------------------------------------------ the whole run
     def _eval_due(self, n: int) -> tuple[bool, bool]:
