@@ -150,7 +150,8 @@ def compare(ref: Path, run: Path) -> str | None:
 
 
 def trial(rng: random.Random, out: Path, refs: dict, backend: str, index: int,
-          seeds: tuple[int, ...] = (3,)) -> tuple[bool, str]:
+          seeds: tuple[int, ...] = (3,)) -> tuple[bool | None, str]:
+    """One kill-and-resume trial; (True, label) passed, (False, why) failed, (None, label) never killed."""
     # Few (seed, schedule) combinations, so that uninterrupted reference runs are shared between trials.
     seed, every, eval_every = rng.choice(seeds), rng.choice([1, 2]), rng.choice([0, 2])
     args = ["--preset", "ci", "--backend", backend, "--seed", str(seed), "--iterations", "6",
@@ -192,8 +193,11 @@ def trial(rng: random.Random, out: Path, refs: dict, backend: str, index: int,
             kills.append(f"timer {extra:.1f}s")
     if code != 0:
         return False, f"{what}: did not finish ({code}) {err[-200:]}"
-    diff = compare(ref, run)
     label = f"{backend} seed={seed} checkpoint_every={every} eval_every={eval_every} kills=[{', '.join(kills)}]"
+    if not kills:  # the timer fired after the run had finished: nothing was tested
+        shutil.rmtree(run, ignore_errors=True)
+        return None, label
+    diff = compare(ref, run)
     if diff is None:
         shutil.rmtree(run, ignore_errors=True)
         return True, label
@@ -215,18 +219,18 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     rng, refs, start = random.Random(args.seed), {}, time.perf_counter()
     backends = [b for b in args.backends.split(",") if b]
-    tally = {b: [0, 0] for b in backends}
+    tally = {b: [0, 0, 0] for b in backends}
     for i in range(args.trials * len(backends)):
         if time.perf_counter() - start > args.budget_s:
             break
         backend = backends[i % len(backends)]
         ok, msg = trial(rng, out, refs, backend, i, tuple(int(s) for s in args.run_seeds.split(",")))
-        tally[backend][0 if ok else 1] += 1
-        print(f"[{i:3d}] {'PASS' if ok else 'FAIL'} {msg}", flush=True)
-    for b, (ok, bad) in tally.items():
-        print(f"{b}: {ok} passed, {bad} failed of {ok + bad} trials")
+        tally[backend][{True: 0, False: 1, None: 2}[ok]] += 1
+        print(f"[{i:3d}] {({True: 'PASS', False: 'FAIL', None: 'NOKILL'})[ok]} {msg}", flush=True)
+    for b, (ok, bad, unkilled) in tally.items():
+        print(f"{b}: {ok} passed, {bad} failed of {ok + bad} killed trials ({unkilled} finished before the kill)")
     print(f"wall {time.perf_counter() - start:.0f} s")
-    return 0 if all(bad == 0 for _, bad in tally.values()) else 1
+    return 0 if all(bad == 0 for _, bad, _ in tally.values()) else 1
 
 
 if __name__ == "__main__":

@@ -344,8 +344,9 @@ class _Killed(BaseException):
     """Stands in for SIGKILL inside this process (nothing catches a BaseException subclass on the way out)."""
 
 
-@pytest.mark.parametrize("backend, fault, real_kill", [("nft", "ckpt_before_rename:2", True),
-                                                        ("grpo", "metrics_torn:2", False)])
+@pytest.mark.parametrize("backend, fault, real_kill", [
+    pytest.param("nft", "ckpt_before_rename:2", True, marks=pytest.mark.slow),  # a child process: ~5 s of imports
+    ("grpo", "metrics_torn:2", False)])
 def test_kill_fuzz_short(tmp_path, monkeypatch, backend, fault, real_kill):
     """A kill inside a critical section (a checkpoint killed before its rename, with a real SIGKILL in a child
     process; a torn metrics line, in this process), then a resume that must match the uninterrupted run bit for bit.
