@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from recast.config import TrainConfig, parse_bool, parse_field, parse_floats, preset
+from recast.config import parse_bool, parse_field, parse_floats, preset
 from recast.trainer import NonFiniteLossError, Trainer, load_run, train
 from recast.trainer import checkpoint as ckpt
 from recast.trainer.rundir import RunDirBusyError
@@ -241,8 +241,9 @@ def test_checkpoint_loads_weights_only_and_holds_only_plain_data(tmp_path, done_
     ckpt.check_plain(state)
     tr = Trainer(preset("ci", **CI, method="recast"), tmp_path / "run")
     ckpt.check_plain(tr.state_dict())  # fields others add to the trainer's state are caught here
-    for bad, where in [({"rng": np.zeros(3)}, "state\\['rng'\\]"), ({"a": [1, {"b": object()}]}, "state\\['a'\\]\\[1\\]"),
-                       ({"cfg": preset("ci")}, "TrainConfig"), ({1.5: 2}, "key of type float")]:
+    tr.release()
+    for bad, where in [({"rng": np.zeros(3)}, "state\\['rng'\\]"), ({"cfg": preset("ci")}, "TrainConfig"),
+                       ({"a": [1, {"b": object()}]}, "state\\['a'\\]\\[1\\]"), ({1.5: 2}, "key of type float")]:
         with pytest.raises(TypeError, match=where):
             ckpt.save_checkpoint(tmp_path / "x", bad)
     assert not (tmp_path / "x" / "checkpoint.pt").exists()

@@ -198,5 +198,6 @@ def truncate_jsonl(path: str | Path, last_iteration: int) -> None:
 
 def non_finite(tensors: dict[str, torch.Tensor | None]) -> list[str]:
     """Names of the tensors in `tensors` that hold a NaN or inf (None entries are skipped)."""
-    return [k for k, t in tensors.items() if t is not None and t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    return [k for k, t in tensors.items()
+            if t is not None and t.is_floating_point() and not bool(torch.isfinite(t).all())]
 
