@@ -9,10 +9,10 @@ Bad input exits with status 2 and a one-line message saying what to fix (no trac
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
 from recast.config import BACKENDS, METHODS, TrainConfig, parse_field, parse_floats, preset
+
 
 def _floats(text: str) -> tuple[float, ...]:
     try:
