@@ -17,7 +17,7 @@ import torch
 
 from recast.config import TrainConfig
 from recast.informativeness import InformativenessTracker, tweedie_discriminability
-from recast.io import append_jsonl, read_jsonl, remove_stale_temps, write_json
+from recast.io import append_jsonl, read_json, read_jsonl, remove_stale_temps, write_json
 from recast.sampling import sample_ode, sample_sde, sigma_schedule
 from recast.solver import static_weights
 from recast.trainer import checkpoint as ckpt
@@ -278,8 +278,9 @@ class Trainer:
         path = self.out / ckpt.CHECKPOINT
         # The checkpoint's own config must be the run's: a checkpoint copied from another run, or a base model
         # changed between kill and resume, would otherwise continue silently on a different trajectory.
-        ckpt.check_resume_config(self.out, state.get("config") or {}, source=f"{path.name}")
-        if state.get("world_fingerprint") != self.world_fingerprint:
+        ckpt.check_resume_config(self.out, state.get("config") or {}, source=path.name)
+        run_fp = read_json(self.out / "config.json").get(RUN_MARKER, {}).get("world_fingerprint")
+        if state.get("world_fingerprint") != self.world_fingerprint or run_fp not in (None, self.world_fingerprint):
             raise ValueError(f"cannot resume {self.out}: the base model's weights differ from those {path} was "
                              f"trained from (fingerprint {str(state.get('world_fingerprint'))[:12]} vs now "
                              f"{self.world_fingerprint[:12]}); restore the base model ({self.cfg.world!r}) or start "
