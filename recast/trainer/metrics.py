@@ -43,15 +43,18 @@ class PhaseTimer:
 
 
 def image_grid(images: torch.Tensor, ncol: int = 8) -> np.ndarray:
-    """Tile images (N, 3, H, W) in [0, 1] into one uint8 array (rows*H + pad, ncol*W + pad, 3) with 1-px gutters."""
-    n, c, h, w = images.shape
-    ncol = min(ncol, n)
+    """Tile images (N, 3, H, W) in [0, 1] into one uint8 array (rows*H, ncol*W, 3), row-major, with
+    `diffusers.utils.make_image_grid`; a last row that is not full is padded with white tiles."""
+    from diffusers.utils import make_image_grid
+    from PIL import Image
+
+    n = images.shape[0]
+    ncol = max(1, min(ncol, n))
     nrow = -(-n // ncol)
-    grid = torch.ones(c, nrow * (h + 1) + 1, ncol * (w + 1) + 1)
-    for i in range(n):
-        r, k = divmod(i, ncol)
-        grid[:, 1 + r * (h + 1):1 + r * (h + 1) + h, 1 + k * (w + 1):1 + k * (w + 1) + w] = images[i].float().cpu()
-    return (grid.clamp(0, 1).permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+    arrays = (images.detach().float().cpu().clamp(0, 1).permute(0, 2, 3, 1).numpy() * 255).round().astype(np.uint8)
+    tiles = [Image.fromarray(a) for a in arrays]
+    tiles += [Image.new("RGB", tiles[0].size, "white")] * (nrow * ncol - n)
+    return np.asarray(make_image_grid(tiles, rows=nrow, cols=ncol))
 
 
 def write_grid(path: str | Path, images: torch.Tensor, ncol: int = 8, scale: int = 4) -> Path:
