@@ -24,10 +24,16 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["EMPHASIS", "budget_grid", "lambda_grid", "SweepRun", "SweepReport", "plan_sweep", "is_finished",
+__all__ = ["EMPHASIS", "results_dir", "budget_grid", "lambda_grid", "SweepRun", "SweepReport", "plan_sweep", "is_finished",
            "run_sweep", "collect", "curves", "summarise", "compare", "efficiency"]
 
 EMPHASIS: float = 0.55  # the budget a reward-emphasising λ puts on its reward; the others share the rest equally
+
+
+def results_dir() -> Path:
+    """Where result tables go: $RECAST_RESULTS_DIR if set (the test suite points it at a temp dir), else data/results."""
+    env = os.environ.get("RECAST_RESULTS_DIR")
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "data" / "results"
 
 
 def budget_grid(reward_names: tuple[str, ...] | list[str]) -> dict[str, tuple[float, ...]]:
