@@ -9,40 +9,38 @@ Bad input exits with status 2 and a one-line message saying what to fix (no trac
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
-from recast.config import BACKENDS, METHODS, TrainConfig, preset
-
-_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
+from recast.config import BACKENDS, METHODS, TrainConfig, parse_field, parse_floats, preset
 
 
 def _floats(text: str) -> tuple[float, ...]:
     try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
+        return parse_floats(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
 def _override(text: str) -> tuple[str, object]:
-    """`key=value` for any TrainConfig field; the value is parsed by the field's type."""
+    """`key=value` for any TrainConfig field; the value is parsed by the field's type (errors name the field)."""
     key, sep, value = text.partition("=")
-    if not sep or key not in _FIELD_TYPES:
-        raise argparse.ArgumentTypeError(f"--set expects field=value with a TrainConfig field, got {text!r}")
-    typ = str(_FIELD_TYPES[key])
-    if typ.startswith("tuple[tuple"):
-        return key, tuple(_floats(row) for row in value.split(";"))
-    if typ.startswith("tuple[float"):
-        return key, _floats(value)
-    if typ.startswith("tuple[str"):
-        return key, tuple(v for v in value.split(",") if v)
-    if typ == "bool":
-        return key, value.lower() in ("1", "true", "yes")
-    if typ == "int":
-        return key, int(value)
-    if typ == "float":
-        return key, float(value)
-    return key, value
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE with a TrainConfig field, got {text!r}")
+    try:
+        return key.strip(), parse_field(key.strip(), value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _list_option(option: str, text: str, kind=str) -> tuple:
+    """A non-empty comma-separated list for `option`; errors name the option."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ValueError(f"{option} is empty: give a comma-separated list, e.g. {option} 0,1,2")
+    try:
+        return tuple(kind(x) for x in items)
+    except ValueError:
+        raise ValueError(f"{option} expects comma-separated {kind.__name__}s, got {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,10 +83,10 @@ def _demo(args: argparse.Namespace) -> int:
 
     try:
         result = run_demo(args.out, preset_name=args.preset, setting=args.setting, lam=args.lam,
-                          methods=tuple(m for m in args.methods.split(",") if m),
-                          seeds=tuple(int(s) for s in args.seeds.split(",") if s), iterations=args.iterations,
+                          methods=_list_option("--methods", args.methods),
+                          seeds=_list_option("--seeds", args.seeds, int), iterations=args.iterations,
                           workers=args.workers, figure_name=args.figure or f"demo_{args.setting}")
-    except (ValueError, FileNotFoundError, PermissionError) as err:
+    except (ValueError, FileNotFoundError, FileExistsError, PermissionError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(result.markdown())

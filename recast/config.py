@@ -7,6 +7,8 @@ Every run writes its config (`config.json`) next to its outputs, and `TrainConfi
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -211,3 +213,130 @@ def resolve_rewards(cfg: TrainConfig) -> tuple[str, ...]:
         if n not in info.reward_names:
             raise ValueError(f"unknown reward {n!r} for world {spec!r}; valid: {', '.join(info.reward_names)}")
     return names
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Typed parsing and checking of fields: every value a user can give is checked against the field's declared type
+# before any compute, and every error names the field.
+
+TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes"), ("false", "0", "no")
+INF_OK = ("temperature",)  # float fields where +inf is meaningful (τ = inf gives the static λ/T)
+
+
+def field_types() -> dict[str, str]:
+    """TrainConfig field name -> declared type as written in the class ("int", "tuple[float, ...]", ...)."""
+    return {f.name: str(f.type) for f in dataclasses.fields(TrainConfig)}
+
+
+def parse_bool(text: str, name: str = "value") -> bool:
+    """Strict boolean: true/false/1/0/yes/no (any case); anything else raises ValueError naming `name`."""
+    word = str(text).strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ValueError(f"{name}: expected a boolean (true/false/1/0/yes/no), got {text!r}")
+
+
+def parse_floats(value, name: str = "value") -> tuple[float, ...]:
+    """Numbers from a list/tuple, or from a string "0.4,0.2" or "[0.4, 0.2]" (papermill's -p passes strings).
+
+    Raises:
+        ValueError: naming `name` and the offending item.
+    """
+    if isinstance(value, str):
+        items = [x for x in value.strip().strip("[]()").split(",") if x.strip()]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise ValueError(f"{name}: expected a list of numbers, got {type(value).__name__} {value!r}")
+    out = []
+    for x in items:
+        if isinstance(x, bool):
+            raise ValueError(f"{name}: expected numbers, got {x!r}")
+        try:
+            out.append(float(x))
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: expected comma-separated numbers, got {x!r} in {value!r}") from None
+    return tuple(out)
+
+
+def parse_field(name: str, text: str):
+    """Parse the string `text` as a value of TrainConfig field `name` (what `--set name=text` means).
+
+    Raises:
+        ValueError: unknown field, or a value that does not parse as the field's type (naming both).
+    """
+    types = field_types()
+    if name not in types:
+        raise ValueError(f"unknown TrainConfig field {name!r}; valid fields: {', '.join(sorted(types))}")
+    typ = types[name]
+    try:
+        if typ.startswith("tuple[tuple"):
+            return tuple(parse_floats(row, name) for row in text.split(";"))
+        if typ.startswith("tuple[float"):
+            return parse_floats(text, name)
+        if typ.startswith("tuple[str"):
+            return tuple(v.strip() for v in text.split(",") if v.strip())
+        if typ == "bool":
+            return parse_bool(text, name)
+        if typ == "int":
+            return int(text)
+        if typ == "float":
+            return float(text)
+    except ValueError as err:
+        if str(err).startswith(name):
+            raise
+        raise ValueError(f"{name}: expected {typ}, got {text!r}") from None
+    return text
+
+
+def _is_number(v, *, finite: bool) -> bool:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return False
+    return math.isfinite(v) or (not finite and v == math.inf)
+
+
+def _items(v) -> list | None:
+    """A sequence's items as a list (tuples, lists, 1-D arrays and tensors), or None for anything else."""
+    if isinstance(v, (tuple, list)):
+        return list(v)
+    if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):
+        items = v.tolist()
+        return items if isinstance(items, list) else None
+    return None
+
+
+def check_field_types(cfg: TrainConfig) -> None:
+    """Every field holds a value of its declared type, and every float is finite (τ may be +inf).
+
+    Raises:
+        ValueError: naming the first field at fault, its expected type and the value.
+    """
+    for name, typ in field_types().items():
+        v = getattr(cfg, name)
+        finite = name not in INF_OK
+        if typ == "float":
+            ok = _is_number(v, finite=finite)
+        elif typ == "int":
+            ok = isinstance(v, numbers.Integral) and not isinstance(v, bool)
+        elif typ == "bool":
+            ok = isinstance(v, bool)
+        elif typ == "str":
+            ok = isinstance(v, str)
+        elif typ.startswith("tuple[tuple[float"):
+            rows = _items(v)
+            ok = rows is not None and all(
+                _items(r) is not None and all(_is_number(x, finite=True) for x in _items(r)) for r in rows)
+        elif typ.startswith("tuple[float"):
+            items = _items(v)
+            ok = items is not None and all(_is_number(x, finite=True) for x in items)
+            if ok and "..." not in typ:
+                ok = len(items) == typ.count("float")
+        elif typ.startswith("tuple[str"):
+            ok = isinstance(v, (tuple, list)) and all(isinstance(x, str) for x in v)
+        else:
+            continue  # a type this checker does not know: its own validation owns it
+        if not ok:
+            what = "a finite number" if typ == "float" else typ
+            raise ValueError(f"config field {name}: expected {what}, got {v!r}")

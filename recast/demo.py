@@ -60,6 +60,24 @@ def _train_one(job: tuple) -> str:
     return out
 
 
+def _check_options(methods, seeds, workers, known) -> None:
+    """Refuse empty, malformed or duplicate methods and seeds, naming the demo option at fault."""
+    if not methods:
+        raise ValueError(f"methods (--methods) is empty: name at least one of {', '.join(known)}")
+    unknown = [m for m in methods if m not in known]
+    if unknown:
+        raise ValueError(f"methods (--methods): unknown {unknown}; choose from {', '.join(known)}")
+    if not seeds:
+        raise ValueError("seeds (--seeds) is empty: give at least one seed, e.g. --seeds 0,1,2")
+    if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
+        raise ValueError(f"seeds (--seeds) must be integers >= 0, got {list(seeds)}")
+    for name, values in (("methods (--methods)", methods), ("seeds (--seeds)", seeds)):
+        if len(set(values)) != len(values):
+            raise ValueError(f"{name} has duplicates {list(values)}: each run needs its own directory")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers (--workers) must be a positive integer, got {workers!r}")
+
+
 def run_demo(
     out_dir: str | os.PathLike = "runs/demo",
     *,
@@ -88,9 +106,10 @@ def run_demo(
     Returns:
         `DemoResult`.
     """
-    from recast.config import preset
+    from recast.config import METHODS, preset
     from recast.io import write_csv, write_json
 
+    _check_options(methods, seeds, workers, METHODS)
     out = Path(out_dir)
     overrides = {"setting": setting, "lam": tuple(lam), "progress": False}
     if iterations is not None:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 __all__ = ["to_jsonable", "current_umask", "atomic_write_bytes", "write_json", "read_json", "append_jsonl", "read_jsonl",
-           "write_csv"]
+           "write_csv", "remove_stale_temps"]
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -69,9 +69,19 @@ def write_json(path: str | os.PathLike, obj: Any) -> Path:
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file."""
-    with open(path) as fh:
-        return json.load(fh)
+    """Read a JSON file.
+
+    Raises:
+        ValueError: the file is not valid JSON (the message names the file, line and column).
+    """
+    with open(path, "rb") as fh:
+        data = fh.read()
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not a UTF-8 JSON file ({err.reason} at byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}") from None
 
 
 def append_jsonl(path: str | os.PathLike, record: dict) -> None:
@@ -81,6 +91,19 @@ def append_jsonl(path: str | os.PathLike, record: dict) -> None:
     with open(path, "a") as fh:
         fh.write(json.dumps(to_jsonable(record)) + "\n")
         fh.flush()
+
+
+def remove_stale_temps(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temp files `atomic_write_bytes` leaves when its process is killed mid-write.
+
+    Only call this while holding the folder's run lock: another live writer's temp file looks the same.
+    """
+    removed = []
+    for p in Path(folder).glob(".*.tmp"):
+        if p.is_file():
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
@@ -108,3 +131,20 @@ def write_csv(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
     writer.writeheader()
     writer.writerows(rows)
     return atomic_write_bytes(path, buf.getvalue().encode())
+
+
+def check_safetensors(path: Path) -> None:
+    """Raise ValueError naming `path` unless it is a complete safetensors file (header parses, sizes add up)."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if n < 2 or n > size - 8:
+            raise ValueError(f"{path} is truncated or not a safetensors file ({size} bytes)")
+        try:
+            header = json.loads(fh.read(n))
+            end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            raise ValueError(f"{path} has a corrupt safetensors header") from None
+    if 8 + n + end != size:
+        raise ValueError(f"{path} is truncated or padded: {size} bytes, its header describes {8 + n + end}")

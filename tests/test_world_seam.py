@@ -83,7 +83,8 @@ def test_sd35_preset_validates_without_loading_anything(tmp_path):
     from recast.__main__ import build_parser, config_from_args
     from recast.trainer.validate import validate
 
-    cfg = preset("sd35")
+    assert preset("sd35").device == "cuda"
+    cfg = preset("sd35", device="cpu")  # validation refuses cuda on a machine without a GPU
     names, lam = validate(cfg, tmp_path)
     assert names == ("geneval", "ocr", "pickscore", "clipscore") and lam.tolist() == [0.25] * 4
     assert (cfg.group_size, cfg.num_steps, cfg.lora_rank, cfg.lora_alpha, cfg.lr, cfg.mixed_precision) == \

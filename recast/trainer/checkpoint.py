@@ -1,15 +1,19 @@
 """Checkpoints that restore a run bit-exactly: parameters, old policy, EMA, optimiser, every RNG, tracker, iteration.
 
 A checkpoint is one file, `<run>/checkpoint.pt`, written to a temp file and renamed over the old one, so a crash
-never leaves a half-written checkpoint and the last good one survives. The run's log files are cut back to the
-checkpoint's iteration on resume, so a killed run continues exactly as if it had never stopped.
+never leaves a half-written checkpoint and the last good one survives. It holds only tensors and plain data (dict,
+list, tuple, str, int, float, bool, None) and is read with `torch.load(..., weights_only=True)`: loading a checkpoint
+never runs code, whoever made the file. It also carries the run's log files as they were when it was written, so a
+resumed run rewrites them exactly (a torn last line, records logged after the checkpoint, or lines lost from the
+file cannot leave a gap), and a fingerprint of the base model's weights, so a resume onto a changed base is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
-import json
 import random
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -17,69 +21,168 @@ import torch
 
 from recast.io import atomic_write_bytes, read_json, read_jsonl, to_jsonable
 
-__all__ = ["CHECKPOINT", "RESUMABLE_FIELDS", "capture_rng", "restore_rng", "save_checkpoint", "load_checkpoint",
-           "check_resume_config", "truncate_jsonl"]
+__all__ = ["CHECKPOINT", "FORMAT", "LOG_FILES", "RESUMABLE_FIELDS", "CheckpointError", "capture_rng", "restore_rng",
+           "check_plain", "save_checkpoint", "load_checkpoint", "check_resume_config", "weights_fingerprint",
+           "capture_logs", "restore_logs", "truncate_jsonl", "non_finite"]
 
 CHECKPOINT = "checkpoint.pt"
+FORMAT = "recast-checkpoint/2"  # version 1 (pickled numpy RNG states) needed weights_only=False and is refused
+LOG_FILES = ("metrics.jsonl", "weights.jsonl", "eval.jsonl")
 # Fields that may change between a run and its resumption (they do not change the trajectory up to the checkpoint).
 RESUMABLE_FIELDS = ("iterations", "progress", "log_with", "checkpoint_every", "eval_every", "grid_every")
 
 
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read as a recast checkpoint (the message names the file)."""
+
+
 def capture_rng(generators: dict[str, torch.Generator]) -> dict:
-    """States of python, numpy, torch (CPU and CUDA) and of the named torch generators."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-             "generators": {k: g.get_state() for k, g in generators.items()}}
+    """States of python, numpy, torch (CPU and CUDA) and of the named torch generators, as tensors and plain data."""
+    version, py_state, gauss = random.getstate()
+    key, mt, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": {"version": version, "state": torch.tensor(py_state, dtype=torch.int64), "gauss": gauss},
+             "numpy": {"key": str(key), "state": torch.from_numpy(mt.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "gauss": float(cached)},
+             "torch": torch.get_rng_state(), "generators": {k: g.get_state() for k, g in generators.items()}}
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = list(torch.cuda.get_rng_state_all())
     return state
 
 
 def restore_rng(state: dict, generators: dict[str, torch.Generator]) -> None:
     """Inverse of `capture_rng` (generators are restored in place)."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
     missing = set(generators) - set(state["generators"])
     if missing:
         raise ValueError(f"checkpoint has no RNG state for generators {sorted(missing)}")
+    py = state["python"]
+    random.setstate((int(py["version"]), tuple(int(x) for x in py["state"].tolist()), py["gauss"]))
+    npy = state["numpy"]
+    np.random.set_state((npy["key"], npy["state"].numpy().astype(np.uint32), int(npy["pos"]), int(npy["has_gauss"]),
+                         float(npy["gauss"])))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
     for k, g in generators.items():
         g.set_state(state["generators"][k])
 
 
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def check_plain(obj, where: str = "state") -> None:
+    """Raise TypeError naming the first entry of `obj` that is not a tensor or plain data.
+
+    Plain data is what `torch.load(weights_only=True)` accepts without running code: dict (str keys), list, tuple,
+    str, int, float, bool, None, and torch tensors.
+    """
+    if isinstance(obj, torch.Tensor) or isinstance(obj, _PLAIN):
+        return
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if not isinstance(k, (str, int)):
+                raise TypeError(f"checkpoint {where} has a key of type {type(k).__name__} ({k!r}); use str keys")
+            check_plain(v, f"{where}[{k!r}]")
+        return
+    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+        for i, v in enumerate(obj):
+            check_plain(v, f"{where}[{i}]")
+        return
+    raise TypeError(f"checkpoint {where} is a {type(obj).__module__}.{type(obj).__qualname__}; a checkpoint may hold "
+                    "only tensors and plain data (dict/list/tuple/str/int/float/bool/None), so that it loads with "
+                    "torch.load(weights_only=True): convert it (e.g. numpy arrays to tensors, dataclasses to dicts)")
+
+
 def save_checkpoint(run_dir: str | Path, state: dict) -> Path:
-    """Atomically write `state` (a dict of tensors and plain values) to `<run_dir>/checkpoint.pt`."""
+    """Atomically write `state` (tensors and plain data only) to `<run_dir>/checkpoint.pt`.
+
+    Raises:
+        TypeError: naming the entry of `state` that is not a tensor or plain data (nothing is written).
+    """
+    state = {**state, "format": FORMAT}
+    check_plain(state)
     buf = io.BytesIO()
     torch.save(state, buf)
     return atomic_write_bytes(Path(run_dir) / CHECKPOINT, buf.getvalue())
 
 
 def load_checkpoint(run_dir: str | Path) -> dict:
-    """Read `<run_dir>/checkpoint.pt`; FileNotFoundError with a hint when there is none."""
+    """Read `<run_dir>/checkpoint.pt` with `weights_only=True` (no code from the file runs).
+
+    Raises:
+        FileNotFoundError: there is no checkpoint (with a hint).
+        CheckpointError: the file is empty, truncated, corrupt, holds code or objects, or is not a recast checkpoint
+            of this format; the message names the file.
+    """
     path = Path(run_dir) / CHECKPOINT
     if not path.is_file():
         raise FileNotFoundError(f"cannot resume: no checkpoint at {path} (start without --resume, or point --out at "
                                 "the run directory that holds checkpoint.pt)")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"cannot resume: {path} is empty (0 bytes); start the run again with --overwrite")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 — unpickling errors come in many types; all mean "not loadable"
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"cannot resume: {path} is not a loadable recast checkpoint ({type(err).__name__}: "
+                              f"{first}). It may be truncated or corrupt, or hold code or objects, which are never "
+                              "loaded; start the run again with --overwrite") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(f"cannot resume: {path} is not a {FORMAT} checkpoint (found {found!r})")
+    return state
 
 
-def check_resume_config(run_dir: str | Path, cfg_dict: dict) -> None:
+def check_resume_config(run_dir: str | Path, cfg_dict: dict, source: str | None = None) -> None:
     """Raise ValueError naming each field where `cfg_dict` differs from the run's saved config.json.
 
     Fields in RESUMABLE_FIELDS may differ (e.g. more iterations).
+
+    Args:
+        run_dir: the run directory.
+        cfg_dict: the config to compare (the run's now, or the checkpoint's own).
+        source: what `cfg_dict` is, for the message ("now" by default).
     """
     path = Path(run_dir) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"cannot resume: {path} is missing (is {run_dir} a run directory?)")
     saved = read_json(path)
+    if not isinstance(saved, dict):
+        raise ValueError(f"cannot resume: {path} does not hold a recast config (a JSON object)")
     now = to_jsonable(cfg_dict)
     diff = [k for k in sorted(set(saved) | set(now))
             if k not in RESUMABLE_FIELDS and not k.startswith("_") and saved.get(k) != now.get(k)]
     if diff:
-        detail = ", ".join(f"{k}: saved {saved.get(k)!r} vs now {now.get(k)!r}" for k in diff)
+        label = source or "now"
+        detail = ", ".join(f"{k}: config.json {saved.get(k)!r} vs {label} {now.get(k)!r}" for k in diff)
         raise ValueError(f"cannot resume {run_dir}: config differs from the saved config.json ({detail}); "
                          "resume with the same settings or start a new --out")
+
+
+def weights_fingerprint(modules: Iterable[torch.nn.Module]) -> str:
+    """SHA-256 over the names, dtypes, shapes and bytes of every tensor in the modules' state dicts (hex)."""
+    h = hashlib.sha256()
+    for module in modules:
+        for name, t in module.state_dict().items():
+            t = t.detach().to("cpu").contiguous()
+            h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def capture_logs(run_dir: str | Path) -> dict[str, str]:
+    """The run's log files as they are now (only those that exist)."""
+    run_dir = Path(run_dir)
+    return {name: (run_dir / name).read_text() for name in LOG_FILES if (run_dir / name).is_file()}
+
+
+def restore_logs(run_dir: str | Path, logs: dict[str, str]) -> None:
+    """Rewrite each log file exactly as the checkpoint saw it (files it did not see are removed)."""
+    run_dir = Path(run_dir)
+    for name in LOG_FILES:
+        if name in logs:
+            atomic_write_bytes(run_dir / name, logs[name].encode())
+        else:
+            (run_dir / name).unlink(missing_ok=True)
 
 
 def truncate_jsonl(path: str | Path, last_iteration: int) -> None:
@@ -87,5 +190,14 @@ def truncate_jsonl(path: str | Path, last_iteration: int) -> None:
     path = Path(path)
     if not path.is_file():
         return
+    import json
+
     keep = [r for r in read_jsonl(path) if r.get("iteration", -1) <= last_iteration]
     atomic_write_bytes(path, "".join(json.dumps(r) + "\n" for r in keep).encode())
+
+
+def non_finite(tensors: dict[str, torch.Tensor | None]) -> list[str]:
+    """Names of the tensors in `tensors` that hold a NaN or inf (None entries are skipped)."""
+    return [k for k, t in tensors.items()
+            if t is not None and t.is_floating_point() and not bool(torch.isfinite(t).all())]
+

@@ -18,7 +18,7 @@ import torch
 from recast.config import TrainConfig
 from recast.distributed import process_plan
 from recast.informativeness import InformativenessTracker, tweedie_discriminability
-from recast.io import append_jsonl, write_json
+from recast.io import append_jsonl, read_json, read_jsonl, remove_stale_temps, write_json
 from recast.sampling import sample_ode, sample_sde, sigma_schedule
 from recast.solver import static_weights
 from recast.trainer import checkpoint as ckpt
@@ -27,7 +27,8 @@ from recast.trainer.backends import NonFiniteLossError, Rollouts, grpo_optimise,
 from recast.trainer.evaluation import evaluate as evaluate_policy
 from recast.trainer.metrics import PhaseTimer, load_run
 from recast.trainer.policy import Policy, old_decay
-from recast.trainer.validate import RUN_FILES, validate
+from recast.trainer.rundir import RunLock
+from recast.trainer.validate import RUN_FILES, RUN_MARKER, check_out_dir, check_run_dir, validate_config
 
 __all__ = ["Trainer", "train", "NonFiniteLossError"]
 
@@ -42,22 +43,45 @@ class Trainer:
         overwrite: start fresh even if `out_dir` already holds a run (its log files are cleared).
 
     Raises:
-        ValueError / FileNotFoundError / PermissionError: bad input, caught before any compute (see `validate`).
+        ValueError / FileNotFoundError / FileExistsError / PermissionError: bad input, caught before any compute
+            (see `recast.trainer.validate`); `RunDirBusyError` when another live run holds `out_dir`.
     """
 
     def __init__(self, cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False):
         from accelerate import Accelerator
 
-        self.out = Path(out_dir)
-        self.reward_names, self.lam = validate(cfg, self.out, resume=resume, overwrite=overwrite)
+        self.reward_names, self.lam = validate_config(cfg)
+        self.out = check_out_dir(out_dir)
         self.cfg = cfg
         if cfg.num_threads > 0:
             torch.set_num_threads(cfg.num_threads)
         self.acc = Accelerator(cpu=cfg.device == "cpu", mixed_precision=cfg.mixed_precision,
                                log_with=list(cfg.log_with) or None, project_dir=str(self.out))
         self.main = self.acc.is_main_process
+        # One run per directory: the lock is held until `run` ends (or this object goes), and the directory is
+        # judged only under it, so two runs started together cannot both pass the check and interleave their logs.
+        self._lock = RunLock(self.out).acquire() if self.main else None
+        try:
+            check_run_dir(self.out, cfg, resume=resume, overwrite=overwrite)
+            self._build(resume)
+        except BaseException:
+            self.release()
+            raise
+
+    def _build(self, resume: bool) -> None:
+        """Load the world, policy, optimiser and rewards; then resume, or clear the directory and write config.json."""
+        cfg = self.cfg
         torch.manual_seed(cfg.seed)
-        self.world = self._load_world().to(self.acc.device)
+        try:
+            world = self._load_world()
+        except (RuntimeError, OSError, KeyError, TypeError, ValueError) as err:
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+            raise ValueError(f"cannot load the world {cfg.world!r}: {first}") from None
+        self.world = world.to(self.acc.device)
+        # the base weights' fingerprint (before LoRA is added): a resume onto a changed base model is refused
+        self.world_fingerprint = ckpt.weights_fingerprint(
+            {id(m): m for m in (getattr(self.world, "transformer", None), getattr(self.world, "text_encoder", None))
+             if isinstance(m, torch.nn.Module)}.values())
         self.world.freeze()
         self.policy = Policy(self.world.transformer, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
                              seed=cfg.seed, keep_ref=cfg.kl_beta > 0)
@@ -80,15 +104,31 @@ class Trainer:
             self.W = static_weights(self.lam, self.T)
         self.D = None
         self.iteration = 0
+        self.resumed = resume
+        if self.main:  # safe: we hold the lock, so no live writer owns these temp files
+            for folder in (self.out, self.out / "grids"):
+                remove_stale_temps(folder)
         if resume:
             self._resume()
         elif self.main:
             for name in RUN_FILES:
-                (self.out / name).unlink(missing_ok=True)
-            write_json(self.out / "config.json", {**cfg.to_dict(), "_run": {
-                "reward_names": list(self.reward_names), "lam": self.lam.tolist(), "sigmas": self.sigmas.tolist()}})
+                target = self.out / name
+                if target.is_dir():
+                    for png in target.glob("*.png"):  # the old run's grids must not sit beside the new ones
+                        png.unlink()
+                elif name != "config.json":
+                    target.unlink(missing_ok=True)
+            write_json(self.out / "config.json", {**cfg.to_dict(), RUN_MARKER: {
+                "format": "recast-run/1", "reward_names": list(self.reward_names), "lam": self.lam.tolist(),
+                "sigmas": self.sigmas.tolist(), "world_fingerprint": self.world_fingerprint}})
         if cfg.log_with:
             self.acc.init_trackers("recast", config={k: str(v) for k, v in cfg.to_dict().items()})
+
+    def release(self) -> None:
+        """Release the run directory's lock (done by `run` when it ends; safe to call twice)."""
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.release()
 
     def _load_world(self):
         from recast.config import resolve_world
@@ -216,13 +256,37 @@ class Trainer:
                 "tracker": self.tracker.state_dict() if self.tracker is not None else None}
 
     def save(self) -> None:
-        """Atomically write the checkpoint (main process)."""
+        """Atomically write the checkpoint (main process), after checking that every weight in it is finite.
+
+        Raises:
+            NonFiniteLossError: a NaN/inf parameter, old-policy, EMA or W entry; the last checkpoint stays intact.
+        """
         self.acc.wait_for_everyone()
-        if self.main:
-            ckpt.save_checkpoint(self.out, self.state_dict())
+        if not self.main:
+            return
+        state = self.state_dict()
+        tensors = {f"{group}/{name}": t for group in ("params", "old", "ema", "ref")
+                   for name, t in (state["policy"].get(group) or {}).items()}
+        bad = ckpt.non_finite({**tensors, "W": state["W"]})
+        if bad:
+            raise NonFiniteLossError(f"non-finite values in {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''} at "
+                                     f"iteration {self.iteration}; not saving them (the last checkpoint is intact). "
+                                     "Lower lr or nft_beta, or enable grad_clip.")
+        ckpt.save_checkpoint(self.out, {**state, "world_fingerprint": self.world_fingerprint,
+                                        "logs": ckpt.capture_logs(self.out)})
 
     def _resume(self) -> None:
         state = ckpt.load_checkpoint(self.out)
+        path = self.out / ckpt.CHECKPOINT
+        # The checkpoint's own config must be the run's: a checkpoint copied from another run, or a base model
+        # changed between kill and resume, would otherwise continue silently on a different trajectory.
+        ckpt.check_resume_config(self.out, state.get("config") or {}, source=path.name)
+        run_fp = read_json(self.out / "config.json").get(RUN_MARKER, {}).get("world_fingerprint")
+        if state.get("world_fingerprint") != self.world_fingerprint or run_fp not in (None, self.world_fingerprint):
+            raise ValueError(f"cannot resume {self.out}: the base model's weights differ from those {path} was "
+                             f"trained from (fingerprint {str(state.get('world_fingerprint'))[:12]} vs now "
+                             f"{self.world_fingerprint[:12]}); restore the base model ({self.cfg.world!r}) or start "
+                             "a new --out")
         if list(state["reward_names"]) != list(self.reward_names):
             raise ValueError(f"checkpoint rewards {state['reward_names']} differ from {list(self.reward_names)}")
         self.policy.load_state_dict(state["policy"])
@@ -232,38 +296,75 @@ class Trainer:
             self.tracker.load_state_dict(state["tracker"])
         self.W, self.D, self.iteration = state["W"], state["D"], int(state["iteration"])
         if self.main:
-            for name in ("metrics.jsonl", "weights.jsonl", "eval.jsonl"):
-                ckpt.truncate_jsonl(self.out / name, self.iteration)
+            if "logs" in state:
+                ckpt.restore_logs(self.out, state["logs"])
+            else:  # a checkpoint written without its logs: keep what the files hold up to its iteration
+                for name in ckpt.LOG_FILES:
+                    ckpt.truncate_jsonl(self.out / name, self.iteration)
 
     # ------------------------------------------------------------------ the whole run
+    def _eval_due(self, n: int) -> tuple[bool, bool]:
+        """(evaluate, write a grid) after iteration n."""
+        cfg, last = self.cfg, n == self.cfg.iterations
+        grid = last or bool(cfg.grid_every and n % cfg.grid_every == 0)
+        return last or grid or bool(cfg.eval_every and n % cfg.eval_every == 0), grid
+
     def run(self):
-        """Iterate to `cfg.iterations`, evaluating and checkpointing on schedule; returns `load_run(out_dir)`."""
+        """Iterate to `cfg.iterations`, checkpointing and then evaluating on schedule; returns `load_run(out_dir)`.
+
+        The checkpoint is written before the evaluation of the same iteration, so a failed or killed evaluation
+        loses no training; a resumed run redoes an evaluation that the checkpoint's logs do not hold. The run
+        directory's lock is released when this returns or raises.
+        """
         from tqdm.auto import tqdm
 
         cfg = self.cfg
-        if self.iteration == 0 and cfg.eval_every > 0:
-            self.evaluate()
-        bar = tqdm(range(self.iteration, cfg.iterations), initial=self.iteration, total=cfg.iterations,
-                   disable=not (cfg.progress and self.main), desc=f"{cfg.method}/{cfg.backend}")
-        for _ in bar:
-            rec = self.step()
-            bar.set_postfix(reward=f"{rec['reward/weighted']:.3f}", loss=f"{rec['loss/loss']:.3g}")
-            n, last = self.iteration, self.iteration == cfg.iterations
-            if last or (cfg.eval_every and n % cfg.eval_every == 0) or (cfg.grid_every and n % cfg.grid_every == 0):
-                self.evaluate(grid=last or bool(cfg.grid_every and n % cfg.grid_every == 0))
-            if last or (cfg.checkpoint_every and n % cfg.checkpoint_every == 0):
-                self.save()
-        if cfg.log_with:
-            self.acc.end_training()
-        return load_run(self.out)
+        try:
+            if self.iteration == 0 and cfg.eval_every > 0:
+                self.evaluate()
+            elif self.resumed and self._eval_due(self.iteration)[0] and not self._has_eval(self.iteration):
+                self.evaluate(grid=self._eval_due(self.iteration)[1])
+            bar = tqdm(range(self.iteration, cfg.iterations), initial=self.iteration, total=cfg.iterations,
+                       disable=not (cfg.progress and self.main), desc=f"{cfg.method}/{cfg.backend}")
+            for _ in bar:
+                rec = self.step()
+                bar.set_postfix(reward=f"{rec['reward/weighted']:.3f}", loss=f"{rec['loss/loss']:.3g}")
+                n = self.iteration
+                if n == cfg.iterations or (cfg.checkpoint_every and n % cfg.checkpoint_every == 0):
+                    self.save()
+                due, grid = self._eval_due(n)
+                if due:
+                    self.evaluate(grid=grid)
+            if cfg.log_with:
+                self.acc.end_training()
+            return load_run(self.out)
+        finally:
+            self.release()
+
+    def _has_eval(self, n: int) -> bool:
+        path = self.out / "eval.jsonl"
+        return path.is_file() and any(r.get("iteration") == n for r in read_jsonl(path))
 
     def evaluate(self, grid: bool = True) -> None:
-        """Score the EMA policy on test prompts now (main process) and append the record to eval.jsonl."""
+        """Score the EMA policy on test prompts now (main process) and append the record to eval.jsonl.
+
+        Every global RNG (python, numpy, torch) is restored afterwards, so evaluating cannot shift training.
+        """
         if self.main:
-            rec = evaluate_policy(self, grid=grid)
+            saved = ckpt.capture_rng({})
+            try:
+                rec = evaluate_policy(self, grid=grid)
+            finally:
+                ckpt.restore_rng(saved, {})
             append_jsonl(self.out / "eval.jsonl", rec)
 
 
 def train(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False):
-    """Run (or resume) a training run; returns the parsed run directory (`recast.trainer.metrics.Run`)."""
+    """Run (or resume) a training run; returns the parsed run directory (`recast.trainer.metrics.Run`).
+
+    Raises:
+        ValueError / FileNotFoundError / FileExistsError / PermissionError: bad input, before any compute
+            (`recast.trainer.rundir.RunDirBusyError`, a FileExistsError, when another run holds `out_dir`).
+        NonFiniteLossError: a NaN/inf loss, gradient or weight; the last checkpoint stays intact.
+    """
     return Trainer(cfg, out_dir, resume=resume, overwrite=overwrite).run()

@@ -94,6 +94,26 @@ class Run:
         recs = [r for r in getattr(self, source) if r.get(key) is not None]
         return np.array([r["iteration"] for r in recs]), np.array([r[key] for r in recs], dtype=float)
 
+    def require_W_history(self) -> None:
+        """Raise ValueError unless the run logged W re-solves (weights.jsonl): only method='recast' runs do."""
+        if not self.weights:
+            method = self.config.get("method", "?")
+            raise ValueError(f"{self.path} has no W history (weights.jsonl is empty or missing): it is a "
+                             f"method={method!r} run, whose W is fixed at lambda/T or fixed_W; point run_dir at a "
+                             "method='recast' run")
+
+    def solve_iterations(self, panels: int) -> list[int]:
+        """Up to `panels` iterations with a W re-solve, evenly spread from the first to the last.
+
+        Raises:
+            ValueError: the run has no W history (see `require_W_history`), or panels < 1.
+        """
+        self.require_W_history()
+        if int(panels) != panels or panels < 1:
+            raise ValueError(f"panels must be a positive integer, got {panels!r}")
+        idx = np.linspace(0, len(self.weights) - 1, int(panels)).round().astype(int)
+        return sorted({self.weights[i]["iteration"] for i in idx})
+
     def W_at(self, iteration: int) -> tuple[int, np.ndarray]:
         """The last W (K, T) solved at or before `iteration` (and the iteration it was solved at)."""
         recs = [r for r in self.weights if r["iteration"] <= iteration] or self.weights[:1]
@@ -118,7 +138,9 @@ def load_run(path: str | Path) -> Run:
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} is not a run directory (no config.json)")
-    cfg = read_json(path / "config.json")
+    cfg = read_json(path / "config.json")  # names the file when it is not JSON
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path / 'config.json'} is not a run's config (expected a JSON object)")
     meta = cfg.pop("_run", {})
 
     def jl(name):

@@ -1,19 +1,32 @@
-"""Bad input caught before any compute, each error saying what to fix."""
+"""Bad input caught before any compute, each error naming the field, flag or file at fault and saying what to fix.
+
+`validate_config` checks a config on its own (types, finite numbers, ranges, devices, the files it needs);
+`check_out_dir` and `check_run_dir` check the run directory. `validate` does all three (the demo uses it to vet every
+run before starting any); the trainer runs `check_run_dir` only while holding the directory's lock.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import torch
 
-from recast.config import BACKENDS, METHODS, STD_SCOPES, TrainConfig, resolve_rewards
+from recast.config import BACKENDS, METHODS, STD_SCOPES, TrainConfig, check_field_types, resolve_rewards
+from recast.io import check_safetensors, read_json
+from recast.solver import min_temperature
 from recast.trainer.advantages import normalise_budgets, validate_W
-from recast.trainer.checkpoint import CHECKPOINT, check_resume_config
+from recast.trainer.checkpoint import CHECKPOINT, LOG_FILES, check_resume_config
 
-__all__ = ["RUN_FILES", "validate"]
+__all__ = ["RUN_FILES", "RUN_MARKER", "validate", "validate_config", "check_out_dir", "check_run_dir", "is_recast_run",
+           "check_safetensors"]
 
-RUN_FILES = ("metrics.jsonl", "weights.jsonl", "eval.jsonl", CHECKPOINT)
+# Everything a run writes: any of these in a folder means "this folder holds something".
+RUN_FILES = ("config.json", *LOG_FILES, CHECKPOINT, "grids")
+RUN_MARKER = "_run"  # config.json of a recast run holds this key (reward names, budgets, grid, world fingerprint)
+MIXED_PRECISION = ("no", "fp16", "bf16")
+SEED_LIMIT = 2**32  # numpy's and torch's seeds; the trainer derives generator seeds from it
 
 
 def _need(ok: bool, msg: str) -> None:
@@ -21,20 +34,60 @@ def _need(ok: bool, msg: str) -> None:
         raise ValueError(msg)
 
 
-def validate(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False,
-             overwrite: bool = False) -> tuple[tuple[str, ...], torch.Tensor]:
-    """Check a config and its run directory; returns (reward names, normalised budgets λ (K,) float64).
+def _ranges(cfg: TrainConfig) -> list[tuple[str, bool]]:
+    """(requirement, holds) for every numeric field with a range."""
+    return [("nft_beta > 0", cfg.nft_beta > 0), ("adv_clip_max > 0", cfg.adv_clip_max > 0),
+            ("kl_beta >= 0", cfg.kl_beta >= 0), ("0 <= ema_decay < 1", 0 <= cfg.ema_decay < 1),
+            ("0 <= old_decay_max < 1", 0 <= cfg.old_decay_max < 1), ("old_decay_rate >= 0", cfg.old_decay_rate >= 0),
+            ("lr > 0", cfg.lr > 0), ("grad_accum >= 1", cfg.grad_accum >= 1),
+            ("recast_every >= 1", cfg.recast_every >= 1), ("temperature > 0", cfg.temperature > 0),
+            ("floor > 0", cfg.floor > 0), ("0 <= uniform_mix <= 1", 0 <= cfg.uniform_mix <= 1),
+            ("alpha > 0", cfg.alpha > 0), ("0 <= tracker_ema < 1", 0 <= cfg.tracker_ema < 1),
+            ("iterations >= 1", cfg.iterations >= 1), ("prompts_per_iter >= 1", cfg.prompts_per_iter >= 1),
+            ("batch_size >= 0 (0 = prompts_per_iter * group_size)", cfg.batch_size >= 0),
+            ("num_steps >= 1", cfg.num_steps >= 1), ("shift > 0", cfg.shift > 0),
+            ("noise_level > 0", cfg.noise_level > 0), ("train_columns >= 0", cfg.train_columns >= 0),
+            ("lora_rank >= 0", cfg.lora_rank >= 0), ("lora_alpha > 0", cfg.lora_alpha > 0),
+            ("weight_decay >= 0", cfg.weight_decay >= 0), ("adam_eps > 0", cfg.adam_eps > 0),
+            ("0 <= adam_betas < 1", all(0 <= b < 1 for b in cfg.adam_betas)), ("grad_clip >= 0", cfg.grad_clip >= 0),
+            ("clip_range >= 0", cfg.clip_range >= 0), ("informativeness_subset >= 0", cfg.informativeness_subset >= 0),
+            ("0 <= seed < 2**32", 0 <= cfg.seed < SEED_LIMIT), ("num_threads >= 0", cfg.num_threads >= 0),
+            ("eval_prompts >= 1 (the final evaluation needs test prompts)", cfg.eval_prompts >= 1),
+            ("eval_group >= 1", cfg.eval_group >= 1), ("eval_every >= 0", cfg.eval_every >= 0),
+            ("checkpoint_every >= 0", cfg.checkpoint_every >= 0), ("grid_every >= 0", cfg.grid_every >= 0)]
+
+
+def _check_device(device: str) -> None:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"config field device: unknown device {device!r}; use 'cpu' or 'cuda' (or 'cuda:N')") from None
+    _need(dev.type in ("cpu", "cuda"), f"config field device: unsupported device {device!r}; use 'cpu' or 'cuda'")
+    if dev.type == "cuda":
+        _need(torch.cuda.is_available(), f"config field device: {device!r} was asked for but no CUDA device is "
+                                         "available here (torch.cuda.is_available() is False); use device='cpu'")
+        _need(dev.index is None or dev.index < torch.cuda.device_count(),
+              f"config field device: {device!r} does not exist ({torch.cuda.device_count()} CUDA devices)")
+
+
+def validate_config(cfg: TrainConfig) -> tuple[tuple[str, ...], torch.Tensor]:
+    """Check a config on its own; returns (reward names, normalised budgets λ (K,) float64).
 
     Raises:
-        ValueError: unknown method / backend / setting / reward, bad λ, a group size that does not divide the
-            batch, a bad fixed W, out-of-range numbers, or a resume whose config differs from the saved one.
-        FileNotFoundError: missing world (base model / pipeline folder), or nothing to resume from.
-        FileExistsError: `out_dir` already holds a run and neither resume nor overwrite was asked for.
-        PermissionError: `out_dir` is not writable.
+        ValueError: a field of the wrong type or non-finite, an unknown method / backend / setting / reward /
+            device, bad λ, a group size that does not divide the batch, a bad fixed W, an out-of-range number, or a
+            temperature below the smallest the solver resolves (the message names it).
+        FileNotFoundError: missing base model or judge weights.
     """
+    _need(isinstance(cfg, TrainConfig), f"expected a TrainConfig, got {type(cfg).__name__}")
+    check_field_types(cfg)
     _need(cfg.method in METHODS, f"unknown method {cfg.method!r}; choose one of {METHODS}")
     _need(cfg.backend in BACKENDS, f"unknown backend {cfg.backend!r}; choose one of {BACKENDS}")
     _need(cfg.std_scope in STD_SCOPES, f"unknown std_scope {cfg.std_scope!r}; choose one of {STD_SCOPES}")
+    _need(cfg.mixed_precision in MIXED_PRECISION,
+          f"unknown mixed_precision {cfg.mixed_precision!r}; choose one of {MIXED_PRECISION}")
+    for name, ok in _ranges(cfg):
+        _need(ok, f"config out of range: need {name}")
     names = resolve_rewards(cfg)
     lam = normalise_budgets(cfg.lam, len(names))
     G, B = cfg.group_size, cfg.B
@@ -45,18 +98,24 @@ def validate(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False,
     if cfg.method == "fixed":
         _need(len(cfg.fixed_W) > 0, "method='fixed' needs fixed_W, a (K, T) matrix with rows lam and equal columns")
         validate_W(cfg.fixed_W, lam, cfg.num_steps)
-    for name, ok in [("nft_beta > 0", cfg.nft_beta > 0), ("adv_clip_max > 0", cfg.adv_clip_max > 0),
-                     ("kl_beta >= 0", cfg.kl_beta >= 0), ("0 <= ema_decay < 1", 0 <= cfg.ema_decay < 1),
-                     ("0 <= old_decay_max < 1", 0 <= cfg.old_decay_max < 1), ("old_decay_rate >= 0",
-                     cfg.old_decay_rate >= 0), ("lr > 0", cfg.lr > 0), ("grad_accum >= 1", cfg.grad_accum >= 1),
-                     ("recast_every >= 1", cfg.recast_every >= 1), ("temperature > 0", cfg.temperature > 0),
-                     ("0 <= uniform_mix <= 1", 0 <= cfg.uniform_mix <= 1), ("alpha > 0", cfg.alpha > 0),
-                     ("0 <= tracker_ema < 1", 0 <= cfg.tracker_ema < 1), ("iterations >= 1", cfg.iterations >= 1),
-                     ("train_columns >= 0", cfg.train_columns >= 0), ("lora_rank >= 0", cfg.lora_rank >= 0),
-                     ("clip_range >= 0", cfg.clip_range >= 0)]:
-        _need(ok, f"config out of range: need {name}")
     if cfg.method == "recast":
         _need(cfg.informativeness_subset >= 2, "informativeness_subset must be >= 2 for method='recast'")
+        smallest = min_temperature(cfg.floor)
+        _need(cfg.temperature >= smallest, f"config field temperature: {cfg.temperature:g} is below the smallest "
+                                           f"temperature the weight solver resolves at floor={cfg.floor:g}: "
+                                           f"{smallest:.3g}")
+    _check_device(cfg.device)
+    return names, lam
+
+
+def check_out_dir(out_dir: str | os.PathLike) -> Path:
+    """Create the run directory if needed and check that it is writable; returns it as a Path.
+
+    Raises:
+        ValueError: an empty path (it would mean the current folder).
+        PermissionError: the folder cannot be created or written.
+    """
+    _need(str(out_dir).strip() != "", "--out / out_dir is empty: give the run directory a name, e.g. runs/x")
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -65,11 +124,49 @@ def validate(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False,
         probe.unlink()
     except OSError as err:
         raise PermissionError(f"out_dir {out} is not writable ({err.strerror}); choose another --out") from None
+    return out
+
+
+def is_recast_run(out_dir: str | os.PathLike) -> bool:
+    """Whether `out_dir/config.json` is a recast run's config (a JSON object with the `_run` marker)."""
+    path = Path(out_dir) / "config.json"
+    try:
+        cfg = read_json(path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and isinstance(cfg.get(RUN_MARKER), dict)
+
+
+def check_run_dir(out: Path, cfg: TrainConfig, *, resume: bool, overwrite: bool) -> None:
+    """Check what the run directory holds against what was asked for (resume, overwrite or a fresh start).
+
+    Raises:
+        FileNotFoundError: resume without a checkpoint or config.json.
+        FileExistsError: a fresh start in a folder that holds a run, or files a run would overwrite.
+        ValueError: resume with a config that differs from config.json, or a config.json that is not a run's.
+    """
     if resume:
         if not (out / CHECKPOINT).is_file():
             raise FileNotFoundError(f"cannot resume: no checkpoint at {out / CHECKPOINT}")
         check_resume_config(out, cfg.to_dict())
-    elif not overwrite and any((out / f).exists() for f in RUN_FILES):
-        raise FileExistsError(f"{out} already holds a run: pass resume=True (--resume) to continue it or "
-                              "overwrite=True (--overwrite) to start over")
+        _need(is_recast_run(out), f"cannot resume: {out / 'config.json'} is not a recast run's config")
+        return
+    present = [f for f in RUN_FILES if (out / f).exists()]
+    if present and not overwrite:
+        if is_recast_run(out):
+            raise FileExistsError(f"{out} already holds a run: pass resume=True (--resume) to continue it or "
+                                  "overwrite=True (--overwrite) to start over")
+        raise FileExistsError(f"{out} holds {', '.join(present)} but is not a recast run directory; refusing to "
+                              "overwrite another tool's files: choose another --out (or pass --overwrite)")
+
+
+def validate(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False,
+             overwrite: bool = False) -> tuple[tuple[str, ...], torch.Tensor]:
+    """Check a config and its run directory; returns (reward names, normalised budgets λ (K,) float64).
+
+    Raises:
+        everything `validate_config`, `check_out_dir` and `check_run_dir` raise.
+    """
+    names, lam = validate_config(cfg)
+    check_run_dir(check_out_dir(out_dir), cfg, resume=resume, overwrite=overwrite)
     return names, lam

@@ -9,9 +9,11 @@ for bit.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
+from recast.io import check_safetensors, read_json
 from recast.sampling import PromptEmbeds
 
 __all__ = ["DigitsWorld", "load", "tiny", "info"]
@@ -101,12 +103,26 @@ def tiny(arg: str | None = None, *, seed: int = 0, **_) -> DigitsWorld:
 
 def info(arg: str | None = None):
     """Static `WorldInfo` of "tiny" and "digits:PATH" (no weights read; a PATH without world.json is refused)."""
-    from pathlib import Path
-
     from recast.digits import rewards
     from recast.world import WorldInfo
 
-    if arg is not None and not (Path(arg) / "world.json").is_file() and not arg.isdigit():
-        raise FileNotFoundError(f"no digit world at {arg!r} (world.json missing): make the base model with "
-                                "`python -m recast.digits.pretrain --out data/digit_base`, or use the spec 'tiny'")
+    if arg is not None and not arg.isdigit():
+        if not (Path(arg) / "world.json").is_file():
+            raise FileNotFoundError(f"no digit world at {arg!r} (world.json missing): make the base model with "
+                                    "`python -m recast.digits.pretrain --out data/digit_base`, or use the spec 'tiny'")
+        read_json(Path(arg) / "world.json")  # names the file when it is not JSON
+        for p in sorted(Path(arg).glob("*.safetensors")):
+            check_safetensors(p)
+    _check_judge_weights()
     return WorldInfo(dict(rewards.SETTINGS), rewards.names())
+
+
+def _check_judge_weights() -> None:
+    """The held-out judges' weights, which every run's final evaluation needs: present and complete."""
+    from recast.digits.judges import features
+
+    path = Path(features.WEIGHTS_PATH)
+    if not path.is_file():
+        raise FileNotFoundError(f"judge weights {path} are missing, and every run ends with an evaluation that needs "
+                                "them; regenerate them with `python scripts/train_reward_models.py`")
+    check_safetensors(path)
