@@ -14,6 +14,8 @@ if os.environ.get("CI"):
 # Notebooks and library code write figures through recast.plotting.savefig; under test they go to a scratch folder
 # so a test run never overwrites the committed figures/.
 os.environ.setdefault("RECAST_FIGURES_DIR", tempfile.mkdtemp(prefix="recast-figures-"))
+# Likewise result tables (recast.sweep.results_dir), so CI-sized notebook runs never overwrite data/results/.
+os.environ.setdefault("RECAST_RESULTS_DIR", tempfile.mkdtemp(prefix="recast-results-"))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -67,6 +67,12 @@ class DigitsWorld:
 
         return rewards.get(name)(device)
 
+    def prefer(self, a_images: torch.Tensor, b_images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        """The pairwise preference judge (`recast.digits.judges.preference.prefer`): +1 / -1 / 0 per pair."""
+        from recast.digits.judges.preference import prefer
+
+        return prefer(a_images.cpu(), b_images.cpu(), list(prompts))
+
     def evaluate(self, images: torch.Tensor, prompts: list[str], *, seed: int = 0) -> dict[str, float]:
         """Strict / per-attribute accuracy, Fréchet distance, and (with repeated prompts) diversity."""
         from recast.digits import judges

@@ -1,0 +1,101 @@
+"""Figures of a λ-sweep (notebooks 05 and 06): paired-difference tables, W and D per cell, sample efficiency, win rates."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import seaborn as sns
+
+from recast.plotting import plot_discriminability, plot_weights
+
+__all__ = ["plot_paired_table", "plot_cell_weights", "plot_efficiency", "plot_win_rates"]
+
+
+def plot_paired_table(cells: list[dict], metrics: list[str], *, title: str = "") -> plt.Figure:
+    """Heatmap of paired differences (rows: setting / budget; columns: metrics), coloured by the difference over its
+    interval half-width (|value| > 1: the 95 % interval excludes zero), signed so that blue = the method is better,
+    and annotated with the difference and its verdict."""
+    from recast.stats import lower_is_better
+
+    keys = sorted({(c["setting"], c["budget"]) for c in cells}, key=str)
+    by = {(c["setting"], c["budget"], c["metric"]): c for c in cells}
+    score = np.full((len(keys), len(metrics)), np.nan)
+    text = np.full(score.shape, "", dtype=object)
+    for i, key in enumerate(keys):
+        for j, m in enumerate(metrics):
+            c = by.get((*key, m))
+            if c is None:
+                continue
+            half = (c["ci_high"] - c["ci_low"]) / 2 if np.isfinite(c["ci_high"]) else np.nan
+            sign = -1.0 if lower_is_better(m) else 1.0
+            score[i, j] = np.clip(sign * c["diff"] / half, -3, 3) if half and np.isfinite(half) else 0.0
+            text[i, j] = f"{c['diff']:+.3f}\n{c['verdict']}"
+    fig, ax = plt.subplots(figsize=(1.2 + 1.25 * len(metrics), 0.8 + 0.55 * len(keys)))
+    sns.heatmap(score, ax=ax, cmap="RdBu", vmin=-3, vmax=3, center=0, annot=text, fmt="", annot_kws={"size": 6},
+                xticklabels=[m.split("/", 1)[-1] for m in metrics], yticklabels=[f"{s} / {b}" for s, b in keys],
+                cbar_kws={"label": "better ← diff / CI half-width → (clipped ±3)"})
+    ax.set_title(title or "paired difference, method − baseline (blue: method better)", fontsize=9)
+    ax.set_xticklabels(ax.get_xticklabels(), rotation=45, ha="right")
+    return fig
+
+
+def plot_cell_weights(runs: dict[tuple[str, str], "object"]) -> plt.Figure:
+    """The final W (top) and D_k(σ) (bottom) of one ReCAST run per (setting, budget): the paper's signature figure.
+
+    Args:
+        runs: (setting, budget) -> `recast.trainer.metrics.Run` of a method="recast" run.
+    """
+    keys = sorted(runs, key=str)
+    fig, axes = plt.subplots(2, len(keys), figsize=(3.6 * len(keys), 5.6), squeeze=False)
+    vmax = max(float(np.max(r.W_at(len(r.metrics))[1])) for r in runs.values())
+    for j, key in enumerate(keys):
+        r = runs[key]
+        it, W = r.W_at(len(r.metrics))
+        plot_weights(W, r.reward_names, ax=axes[0, j], vmax=vmax, annotate=False, cbar=j == len(keys) - 1,
+                     title=f"{key[0]} / {key[1]}: W at iteration {it}")
+        try:
+            it_d, D = r.D_at(len(r.metrics))
+            plot_discriminability(D, r.reward_names, r.sigmas, ax=axes[1, j], title=f"D_k(σ), iteration {it_d}")
+        except ValueError:
+            axes[1, j].set_axis_off()
+    fig.tight_layout()
+    return fig
+
+
+def plot_efficiency(curve_rows: list[dict], metric: str, *, setting: str, budget: str,
+                    ax: plt.Axes | None = None) -> plt.Axes:
+    """Seed mean ± std of `metric` against images sampled, one line per method, for one (setting, budget)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4.2, 3.0))
+    sel = [r for r in curve_rows if r["setting"] == setting and r["budget"] == budget and r["metric"] == metric]
+    for method in sorted({r["method"] for r in sel}):
+        xs = sorted({r["images"] for r in sel if r["method"] == method})
+        vals = [[r["value"] for r in sel if r["method"] == method and r["images"] == x] for x in xs]
+        mean, std = np.array([np.mean(v) for v in vals]), np.array([np.std(v) for v in vals])
+        ax.plot(xs, mean, marker="o", ms=3, label=method)
+        ax.fill_between(xs, mean - std, mean + std, alpha=0.2)
+    ax.set(xlabel="images sampled", ylabel=metric.split("/", 1)[-1], title=f"{setting} / {budget}")
+    ax.legend(fontsize=7, frameon=False)
+    return ax
+
+
+def plot_win_rates(rows: list[dict]) -> plt.Figure:
+    """Horizontal bars of win / tie / loss shares with the win rate's interval, one bar per (setting, budget,
+    baseline) row of `recast.evaluation` output (keys: setting, budget, baseline, wins, ties, losses, win_rate,
+    ci_low, ci_high)."""
+    fig, ax = plt.subplots(figsize=(6.0, 0.6 + 0.35 * len(rows)))
+    labels = []
+    for i, r in enumerate(rows):
+        n = max(r["wins"] + r["ties"] + r["losses"], 1)
+        w, t = r["wins"] / n, r["ties"] / n
+        ax.barh(i, w, color="tab:blue")
+        ax.barh(i, t, left=w, color="lightgrey")
+        ax.barh(i, 1 - w - t, left=w + t, color="tab:red")
+        ax.errorbar(r["win_rate"], i, xerr=[[r["win_rate"] - r["ci_low"]], [r["ci_high"] - r["win_rate"]]],
+                    fmt="k|", capsize=3)
+        labels.append(f"{r['setting']} / {r['budget']} vs {r['baseline']}")
+    ax.axvline(0.5, color="k", lw=0.5, ls=":")
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.set(xlim=(0, 1), xlabel="share of pairs: method wins (blue) / ties / loses (red); | = win rate, 95 % CI")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,88 @@
+"""Judge evaluation: a loaded EMA policy reproduces the trainer's own evaluation, the base policy is the untrained
+model, every policy sees the same noise, and the sweep evaluation counts every pair."""
+
+import pytest
+import torch
+
+from recast.config import preset
+from recast.judge_eval import evaluate_sweep, load_policy, pairwise, sample_policy
+from recast.sweep import SweepRun
+from recast.trainer import train
+from recast.trainer.evaluation import EVAL_SEED_OFFSET
+from recast.trainer.metrics import load_run
+
+CI = dict(iterations=2, eval_prompts=3, progress=False)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    out = []
+    for method in ("recast", "uniform"):
+        for seed in (0, 1):
+            d = root / method / f"seed_{seed}"
+            train(preset("ci", method=method, seed=seed, **CI), d)
+            out.append(SweepRun("compose", "uniform", (0.25,) * 4, method, seed, d, ()))
+    return out
+
+
+def test_loaded_ema_policy_reproduces_the_trainers_final_evaluation(runs):
+    run = runs[0]
+    p = load_policy(run.out_dir)
+    prompts = p.world.prompts("test")[:3]
+    images = sample_policy(p, prompts, seed=run.seed + EVAL_SEED_OFFSET)
+    logged = load_run(run.out_dir).evals[-1]
+    judged = p.world.evaluate(images, prompts, seed=run.seed + EVAL_SEED_OFFSET)
+    assert judged["strict"] == logged["judge/strict"] and judged["fid"] == pytest.approx(logged["judge/fid"])
+
+
+def test_base_policy_is_the_untrained_world_and_noise_is_shared(runs):
+    from recast.world import load_world
+    from recast.sampling import sample_ode
+
+    base = load_policy(runs[0].out_dir, which="base")
+    prompts = base.world.prompts("test")[:2]
+    a = sample_policy(base, prompts, seed=5)
+    fresh = load_world("tiny", seed=0)
+    noise = torch.randn((2, *fresh.sample_shape), generator=torch.Generator().manual_seed(5))
+    want = fresh.decode(sample_ode(fresh.transformer, fresh.encode_prompts(prompts), base.sigmas, noise=noise,
+                                   return_trajectory=False).x0)
+    torch.testing.assert_close(a, want)
+    assert pairwise(base.world, a, a.clone(), prompts) == [0, 0]  # identical images tie
+
+
+def test_trained_policy_differs_from_base(runs):
+    p, b = load_policy(runs[0].out_dir), load_policy(runs[0].out_dir, which="base")
+    prompts = p.world.prompts("test")[:2]
+    assert not torch.equal(sample_policy(p, prompts), sample_policy(b, prompts))
+
+
+def test_sweep_evaluation_counts_every_pair(runs):
+    ev = evaluate_sweep(runs, num_prompts=3, grid_size=2)
+    (row,) = ev.win_rows
+    assert row["baseline"] == "uniform" and row["wins"] + row["ties"] + row["losses"] == 2 * 3
+    assert 0 <= row["ci_low"] <= row["win_rate"] <= row["ci_high"] <= 1
+    assert row["verdict"] in ("win", "tie", "loss")
+    assert {(r["policy"], r["seed"]) for r in ev.judge_rows} == {(m, s) for m in ("base", "recast", "uniform")
+                                                                 for s in (0, 1)}
+    assert set(ev.grids[("compose", "uniform")]) == {"base", "recast", "uniform"}
+    assert ev.grids[("compose", "uniform")]["base"].shape[0] == 2
+
+
+@pytest.mark.parametrize("case, err, match", [("which", ValueError, "which must be"),
+                                              ("missing", FileNotFoundError, "not a run directory"),
+                                              ("no judge", TypeError, "no pairwise judge")])
+def test_errors_are_named(case, err, match, tmp_path, runs):
+    with pytest.raises(err, match=match):
+        if case == "which":
+            load_policy(runs[0].out_dir, which="old")
+        elif case == "missing":
+            load_policy(tmp_path)
+        else:
+            pairwise(object(), torch.zeros(1, 3, 4, 4), torch.zeros(1, 3, 4, 4), ["p"])
+
+
+def test_unfinished_runs_are_refused(runs, tmp_path):
+    ghost = SweepRun("compose", "uniform", (0.25,) * 4, "recast", 9, tmp_path / "nothing", ())
+    with pytest.raises(ValueError, match="not finished"):
+        evaluate_sweep(runs + [ghost])

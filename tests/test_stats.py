@@ -1,0 +1,73 @@
+"""Paired statistics: closed-form t intervals, verdict directions, first-crossing interpolation, efficiency ratios."""
+
+import math
+
+import numpy as np
+import pytest
+
+from recast.stats import efficiency_ratio, images_to_reach, lower_is_better, paired_difference, tally
+
+
+def test_paired_interval_matches_the_t_formula():
+    a, b = [0.5, 0.7, 0.6, 0.9], [0.4, 0.5, 0.5, 0.6]
+    d = np.array(a) - np.array(b)  # 0.1, 0.2, 0.1, 0.3
+    out = paired_difference(a, b)
+    half = 3.182446305284263 * d.std(ddof=1) / 2  # t_{0.975, 3}
+    assert out.n == 4 and out.mean == pytest.approx(0.175)
+    assert (out.ci_low, out.ci_high) == pytest.approx((0.175 - half, 0.175 + half))
+    assert out.verdict == "win"
+
+
+def test_pairing_cancels_shared_seed_noise():
+    rng = np.random.default_rng(0)
+    seed_effect = rng.normal(0, 1.0, 5)  # large, shared by both methods
+    a, b = seed_effect + 0.1 + rng.normal(0, 0.01, 5), seed_effect + rng.normal(0, 0.01, 5)
+    assert paired_difference(a, b).verdict == "win"  # unpaired, the seed spread (std 1) would swamp +0.1
+
+
+@pytest.mark.parametrize("a, b, hib, verdict", [
+    ([1, 2, 3], [0, 1, 2.1], True, "win"), ([1, 2, 3], [0, 1, 2.1], False, "loss"),
+    ([0, 1, 2.1], [1, 2, 3], False, "win"), ([1.0, 2.0, 3.0], [1.1, 1.9, 3.0], True, "tie"),
+    ([1.0], [0.0], True, "tie"),
+])
+def test_verdicts_follow_the_metric_direction(a, b, hib, verdict):
+    assert paired_difference(a, b, higher_is_better=hib).verdict == verdict
+
+
+def test_single_pair_has_no_interval():
+    out = paired_difference([1.0], [0.5])
+    assert out.mean == 0.5 and math.isnan(out.ci_low) and math.isnan(out.ci_high)
+
+
+@pytest.mark.parametrize("a, b, conf, match", [([1, 2], [1], 0.95, "equal-length"), ([], [], 0.95, "equal-length"),
+                                               ([1, float("nan")], [1, 2], 0.95, "non-finite"),
+                                               ([1, 2], [1, 2], 1.0, "confidence")])
+def test_bad_input_is_named(a, b, conf, match):
+    with pytest.raises(ValueError, match=match):
+        paired_difference(a, b, confidence=conf)
+
+
+def test_direction_and_tally():
+    assert lower_is_better("judge/fid") and lower_is_better("judge/defect_blur")
+    assert not lower_is_better("judge/strict") and not lower_is_better("reward/digit")
+    assert tally(["win", "tie", "tie", "loss"]) == {"win": 1, "tie": 2, "loss": 1}
+    with pytest.raises(ValueError, match="unknown verdicts"):
+        tally(["draw"])
+
+
+def test_images_to_reach_interpolates_the_first_crossing():
+    x, y = [0, 100, 200, 300], [0.1, 0.3, 0.5, 0.4]
+    assert images_to_reach(x, y, 0.4) == pytest.approx(150.0)
+    assert images_to_reach(x, y, 0.1) == 0.0
+    assert images_to_reach(x, y, 0.6) is None
+    assert images_to_reach(x, [5, 4, 2, 1], 3, higher_is_better=False) == pytest.approx(150.0)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        images_to_reach([0, 0, 1], [1, 2, 3], 2)
+
+
+def test_efficiency_ratio():
+    x = [0, 100, 200, 300, 400]
+    fast, slow = [0.0, 0.4, 0.6, 0.7, 0.8], [0.0, 0.2, 0.3, 0.35, 0.4]
+    assert efficiency_ratio(x, fast, slow) == pytest.approx(0.25)  # reaches 0.4 at 100 of 400 images
+    assert efficiency_ratio(x, slow, fast) is None
+    assert efficiency_ratio(x, slow, slow) == pytest.approx(1.0)

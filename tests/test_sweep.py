@@ -1,0 +1,116 @@
+"""The λ-sweep: the budget grid, the plan, skipping finished runs, aggregation on synthetic run directories, and a
+row's command reproducing it exactly."""
+
+import json
+import shlex
+
+import numpy as np
+import pytest
+
+from recast.io import write_json
+from recast.sweep import (EMPHASIS, budget_grid, collect, compare, curves, efficiency, is_finished, lambda_grid,
+                          plan_sweep, run_sweep, summarise)
+
+
+def test_budget_grid_is_uniform_plus_one_emphasis_per_reward():
+    g = budget_grid(("a", "b", "c", "d"))
+    assert list(g) == ["uniform", "a-heavy", "b-heavy", "c-heavy", "d-heavy"]
+    assert g["uniform"] == (0.25,) * 4
+    assert g["c-heavy"] == pytest.approx((0.15, 0.15, 0.55, 0.15)) and EMPHASIS == 0.55
+    assert all(sum(v) == pytest.approx(1.0) for v in g.values())
+    with pytest.raises(ValueError, match="two distinct rewards"):
+        budget_grid(("a",))
+
+
+def test_lambda_grid_reads_the_world_settings():
+    assert list(lambda_grid("tiny", "compose")) == ["uniform", "digit-heavy", "color-heavy", "position-heavy",
+                                                    "size-heavy"]
+    with pytest.raises(ValueError, match="unknown setting 'nope'"):
+        lambda_grid("tiny", "nope")
+
+
+def test_plan_covers_the_grid_with_one_command_per_run(tmp_path):
+    runs = plan_sweep(world="tiny", settings=("compose", "quality"), methods=("recast", "uniform"), seeds=(0, 1, 2),
+                      preset="ci", iterations=3, out_root=tmp_path)
+    assert len(runs) == 2 * 5 * 2 * 3 and len({r.out_dir for r in runs}) == len(runs)
+    r = runs[7]
+    args = shlex.split(r.command)
+    assert args[:4] == ["python", "-m", "recast", "train"]
+    assert args[args.index("--seed") + 1] == str(r.seed) and args[args.index("--method") + 1] == r.method
+    assert [float(x) for x in args[args.index("--lam") + 1].split(",")] == pytest.approx(r.lam)
+    assert "num_threads=1" in args and args[args.index("--iterations") + 1] == "3"
+    assert r.out_dir == tmp_path / r.setting / r.budget / r.method / f"seed_{r.seed}"
+
+
+@pytest.mark.parametrize("kw, match", [(dict(methods=("magic",)), "unknown methods"), (dict(seeds=()), "seeds"),
+                                       (dict(seeds=(1, 1)), "seeds"), (dict(budgets=("loud",)), "unknown budgets"),
+                                       (dict(settings=("nope",)), "unknown setting"),
+                                       (dict(preset="huge"), "unknown preset")])
+def test_bad_plans_are_refused_before_any_run(kw, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        plan_sweep(**{**dict(world="tiny", settings=("compose",), preset="ci", out_root=tmp_path), **kw})
+
+
+def _fake_run(run, finals, iterations=4, per_iter=8):
+    """A run directory holding what the trainer writes: config, one metrics line per iteration, evals at 0 and end."""
+    run.out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(run.out_dir / "config.json", {"iterations": iterations, "batch_size": per_iter, "prompts_per_iter": 1,
+                                             "group_size": 2, "_run": {"reward_names": ["a"], "lam": [1.0]}})
+    (run.out_dir / "metrics.jsonl").write_text("".join(json.dumps({"iteration": i + 1}) + "\n"
+                                                       for i in range(iterations)))
+    base = {k: 0.0 for k in finals}
+    half = {k: v / 2 for k, v in finals.items()}
+    evals = [{"iteration": 0, **base}, {"iteration": iterations // 2, **half}, {"iteration": iterations, **finals}]
+    (run.out_dir / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+
+
+def test_aggregation_on_synthetic_runs(tmp_path):
+    runs = plan_sweep(world="tiny", settings=("compose",), budgets=("uniform", "digit-heavy"),
+                      methods=("recast", "uniform"), seeds=(0, 1, 2), preset="ci", out_root=tmp_path)
+    strict = {("recast", 0): 0.5, ("recast", 1): 0.6, ("recast", 2): 0.7,
+              ("uniform", 0): 0.4, ("uniform", 1): 0.5, ("uniform", 2): 0.65}
+    for r in runs:
+        fid = 10.0 if r.method == "recast" else 12.0 + r.seed
+        _fake_run(r, {"judge/strict": strict[(r.method, r.seed)], "judge/fid": fid, "reward/a": 0.3})
+    killed = runs[0].__class__(**{**runs[0].__dict__, "out_dir": tmp_path / "killed"})
+    _fake_run(killed, {"judge/strict": 0.1})
+    lines = (killed.out_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (killed.out_dir / "metrics.jsonl").write_text("".join(lines[:-1]))  # killed before its last iteration
+    assert not is_finished(killed) and collect([killed]) == []
+    rows = collect(runs)
+    assert len(rows) == len(runs) and all(is_finished(r) for r in runs)
+    row = rows[0]
+    assert row["images"] == 4 * 8 and row["base:judge/strict"] == 0.0 and row["command"] == runs[0].command
+    table = {(t["budget"], t["method"], t["metric"]): t for t in summarise(rows)}
+    t = table[("uniform", "recast", "judge/strict")]
+    assert t["n"] == 3 and t["mean"] == pytest.approx(0.6) and t["std"] == pytest.approx(0.1)
+    cells = {(c["budget"], c["metric"]): c for c in compare(rows, baseline="uniform")}
+    s, f, a = cells[("uniform", "judge/strict")], cells[("uniform", "judge/fid")], cells[("uniform", "reward/a")]
+    assert s["diff"] == pytest.approx(np.mean([0.1, 0.1, 0.05])) and s["verdict"] == "win"
+    assert f["diff"] == pytest.approx(-3.0) and f["verdict"] == "win"  # lower Fréchet distance is better
+    assert a["diff"] == 0.0 and a["verdict"] == "tie"
+    eff = {e["budget"]: e for e in efficiency(curves(runs), "judge/strict")}
+    assert eff["uniform"]["baseline_final"] == pytest.approx(np.mean([0.4, 0.5, 0.65]))
+    # recast's mean curve 0, 0.3, 0.6 at 0, 16, 32 images reaches uniform's final 0.5167 at 16 + 16 * 0.2167 / 0.3
+    assert eff["uniform"]["ratio"] == pytest.approx((16 + 16 * (0.51667 - 0.3) / 0.3) / 32, rel=1e-3)
+
+
+def test_sweep_runs_skips_finished_and_a_row_command_reproduces_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runs = plan_sweep(world="tiny", settings=("compose",), budgets=("uniform",), methods=("uniform",), seeds=(3,),
+                      preset="ci", iterations=2, sets={"eval_prompts": 2}, out_root="sweep")
+    report = run_sweep(runs, jobs=1)
+    assert not report.failed, report.failed
+    assert len(report.ran) == 1 and collect(runs)
+    again = run_sweep(runs, jobs=1)
+    assert again.skipped == runs and not again.ran
+    first = collect(runs)[0]
+    # rerun the row's own command from scratch elsewhere: the numbers must match exactly
+    import subprocess
+    import sys
+
+    args = shlex.split(first["command"])[4:]
+    args[args.index("--out") + 1] = "rerun"
+    subprocess.run([sys.executable, "-m", "recast", "train", *args], check=True, capture_output=True)
+    rerun = collect([runs[0].__class__(**{**runs[0].__dict__, "out_dir": tmp_path / "rerun"})])[0]
+    assert {k: v for k, v in rerun.items() if k != "command"} == {k: v for k, v in first.items() if k != "command"}
