@@ -97,6 +97,16 @@ class InformativenessTracker:
         self.gains_boot: torch.Tensor | None = None  # (R, K, T) bootstrap gains of the last pooled estimate
         self.noise_share: torch.Tensor = torch.zeros(self.K, dtype=torch.float64)
 
+    def configure(self, *, window: int, min_pairs: int, bootstrap: int, trained_columns: int | None,
+                  seed: int) -> "InformativenessTracker":
+        """Set the pooling settings after construction (the trainer does this from its config); returns self."""
+        m = self.T if trained_columns is None else int(trained_columns)
+        if window < 1 or min_pairs < 0 or bootstrap < 0 or not 1 <= m <= self.T:
+            raise ValueError(f"need window >= 1, min_pairs >= 0, bootstrap >= 0, 1 <= trained_columns <= T; got "
+                             f"{window}, {min_pairs}, {bootstrap}, {trained_columns}")
+        self.window, self.min_pairs, self.bootstrap, self.m, self.seed = int(window), int(min_pairs), int(bootstrap), m, seed
+        return self
+
     # ------------------------------------------------------------------ estimates
     def update(self, D) -> torch.Tensor:
         """Fold a new estimate D (K, T+1) into the average; NaN entries keep the previous value. Returns the average."""

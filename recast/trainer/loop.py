@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from recast.config import TrainConfig
-from recast.informativeness import InformativenessTracker, tweedie_discriminability
+from recast.config import NFT_NORMS, SDE_TYPES, TrainConfig
+from recast.informativeness import InformativenessTracker
 from recast.io import append_jsonl, write_json
 from recast.sampling import sample_ode, sample_sde, sigma_schedule
 from recast.solver import static_weights
@@ -111,7 +111,7 @@ class Trainer:
                     out = sample_ode(tr, embeds, self.sigmas, noise=noise, return_trajectory=False)
                 else:
                     out = sample_sde(tr, embeds, self.sigmas, noise_level=cfg.noise_level, noise=noise,
-                                     generator=self.gen)
+                                     generator=self.gen, sde_type=cfg.sde_type)
         return Rollouts(prompts, embeds, out.x0.float(), out.xs, out.x0_hats, out.log_probs)
 
     def score(self, x0: torch.Tensor, prompts: list[str]) -> torch.Tensor:
@@ -122,6 +122,7 @@ class Trainer:
     def step(self) -> dict:
         """Run one iteration; returns its metrics record."""
         cfg, timer, i = self.cfg, PhaseTimer(), self.iteration
+        _check_step_config(cfg)
         start = time.perf_counter()
         with timer("sampling"):
             ro = self.rollout()
@@ -129,9 +130,10 @@ class Trainer:
             R = self.score(ro.x0, ro.prompts)
             R_all = self.acc.gather(R.T.contiguous()).T  # (K, B * processes), groups stay contiguous
             local = slice(self.acc.process_index * cfg.B, (self.acc.process_index + 1) * cfg.B)
-            adv = group_advantages(R_all, cfg.group_size, adv_clip_max=cfg.adv_clip_max, std_scope=cfg.std_scope)
+            norm = dict(adv_clip_max=cfg.adv_clip_max, std_scope=cfg.std_scope, std_floor=cfg.reward_std_floor)
+            adv = group_advantages(R_all, cfg.group_size, **norm)
             train_adv = adv if cfg.method != "reward_sum" else group_advantages(
-                reward_sum(R_all, self.lam), cfg.group_size, adv_clip_max=cfg.adv_clip_max, std_scope=cfg.std_scope)
+                reward_sum(R_all, self.lam), cfg.group_size, **norm)
         W_used = self.W
         info_mask = self._info_mask() if self.tracker is not None else None
         with timer("optimisation"):
@@ -148,14 +150,19 @@ class Trainer:
                     self.W = self.tracker.weights(self.lam, temperature=cfg.temperature, floor=cfg.floor,
                                                   uniform_mix=cfg.uniform_mix)
                     if self.main:
-                        append_jsonl(self.out / "weights.jsonl", {"iteration": i + 1, "D": self.D,
-                                                                  "gains": self.tracker.gains(), "W": self.W})
+                        append_jsonl(self.out / "weights.jsonl", {
+                            "iteration": i + 1, "D": self.D, "gains": self.tracker.gains(), "W": self.W,
+                            "noise_share": self.tracker.noise_share, "pairs": self.tracker.pairs_per_row(),
+                            "ready": self.tracker.ready()})
         self.policy.update_old(old_decay(i, cfg.old_decay_rate, cfg.old_decay_max))
         self.policy.update_ema(cfg.ema_decay)
         self.iteration = i + 1
         rec = {"iteration": i + 1, "reward/weighted": float(reward_sum(R_all, self.lam).mean())}
         for k, name in enumerate(self.reward_names):
             rec[f"reward/{name}/mean"], rec[f"reward/{name}/std"] = float(R_all[k].mean()), float(R_all[k].std())
+            rec[f"silenced/{name}"] = float(adv.silenced[k])  # 1: batch std below the floor, p = 0.5 this iteration
+        if cfg.method == "reward_sum":
+            rec["silenced/reward_sum"] = float(train_adv.silenced[0])
         rec.update({f"loss/{k}": v for k, v in out.parts.items()})
         rec["grad_norm"] = grad_norm
         rec["zero_std_frac"] = float((R_all.reshape(R_all.shape[0], -1, cfg.group_size).std(-1) == 0).float().mean())
@@ -169,8 +176,15 @@ class Trainer:
         return rec
 
     def _info_mask(self) -> torch.Tensor:
-        """Samples whose x0_hat is scored for informativeness: evenly spread, so no RNG is consumed."""
-        B, S = self.cfg.B, min(self.cfg.informativeness_subset, self.cfg.B)
+        """Samples whose x0_hat is scored for informativeness (all of them by default); evenly spread, no RNG used.
+
+        Also points the tracker at this run's pooling settings (idempotent; `__init__` builds it with defaults).
+        """
+        cfg = self.cfg
+        trained = cfg.num_steps - 1 if (cfg.backend == "grpo" or cfg.skip_last_column) else cfg.num_steps
+        self.tracker.configure(window=cfg.tracker_window, min_pairs=cfg.tracker_min_pairs,
+                               bootstrap=cfg.tracker_bootstrap, trained_columns=trained, seed=cfg.seed)
+        B, S = cfg.B, min(cfg.informativeness_subset, cfg.B)
         mask = torch.zeros(B, dtype=torch.bool)
         mask[torch.linspace(0, B - 1, max(S, 1)).round().long()] = S > 0
         return mask
@@ -188,7 +202,7 @@ class Trainer:
         return norm
 
     def _informativeness(self, out, prompts, adv, local, info_mask) -> torch.Tensor | None:
-        """Score the old policy's x0_hat on the subset and fold the tweedie D (K, T+1) into the tracker."""
+        """Score the old policy's x0_hat, pool the (p_clean, proxy) pairs in the tracker, return its D (K, T+1)."""
         if out.proxy_x0 is None:
             return self.D
         subset = info_mask.nonzero()[:, 0]
@@ -198,13 +212,14 @@ class Trainer:
         mean, std = adv.mean[:, local].cpu(), adv.std[:, local].cpu()
         s = out.proxy_sample
         _, p_hat = reward_to_p(R_hat, mean[:, s], std[:, s], self.cfg.adv_clip_max)
+        p_hat[adv.silenced.cpu()] = 0.5  # a silenced reward has no signal on either side
         p_proxy = torch.full((self.K, self.T + 1, subset.numel()), float("nan"), dtype=torch.float64)
         p_proxy[:, out.proxy_row, pos[s]] = p_hat.double()
         p_clean = adv.p[:, local].cpu()[:, subset].double()
         if self.acc.num_processes > 1:
             p_clean = self.acc.gather(p_clean.T.contiguous().to(self.acc.device)).T.cpu()
             p_proxy = self.acc.gather(p_proxy.permute(2, 0, 1).contiguous().to(self.acc.device)).permute(1, 2, 0).cpu()
-        return self.tracker.update(tweedie_discriminability(p_clean, p_proxy, self.cfg.alpha))
+        return self.tracker.add(p_clean, p_proxy)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
@@ -261,6 +276,16 @@ class Trainer:
         if self.main:
             rec = evaluate_policy(self, grid=grid)
             append_jsonl(self.out / "eval.jsonl", rec)
+
+
+def _check_step_config(cfg: TrainConfig) -> None:
+    """Refuse an unknown NFT normalisation or SDE step before the iteration computes anything."""
+    if cfg.nft_norm not in NFT_NORMS:
+        raise ValueError(f"unknown nft_norm {cfg.nft_norm!r}; choose one of {NFT_NORMS}")
+    if cfg.sde_type not in SDE_TYPES:
+        raise ValueError(f"unknown sde_type {cfg.sde_type!r}; choose one of {SDE_TYPES}")
+    if not cfg.reward_std_floor >= 0:
+        raise ValueError(f"reward_std_floor must be >= 0, got {cfg.reward_std_floor}")
 
 
 def train(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False):
