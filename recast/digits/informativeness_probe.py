@@ -1,46 +1,85 @@
-"""Compare the two informativeness estimators of RECAST.md §5 (`tweedie` vs `rollout`) on the digit world.
+"""When is each reward informative? D_k(σ) of a world's rewards from `tweedie` and the `rollout` ground truth.
 
-For a batch of clean model samples x0 (ODE, the grid below) and every grid index j, both estimators see the same
-kind of state x_sigma_j = (1 - sigma_j) x0 + sigma_j eps:
+Both estimators see the same clean samples x_0, drawn from the model by the ancestral sampler on the fine sub-grid
+(the distribution the ground truth's continuations sample, so both sides of it are one joint distribution), and
+the same p_k: the trainer's normalisation with the mean and std of the clean batch, near-constant rewards silenced
+to p = 0.5 (RECAST.md §3).
 
-- `tweedie`: the proxy f_j = r_k(x0_hat(x_sigma_j)), calibrated against r_k(x0) inside
-  `recast.informativeness.tweedie_discriminability` (a lower bound on D, exact as sigma -> 0);
-- `rollout`: V = mean of r_k over M SDE continuations from x_sigma_j (`recast.sampling.rollout_discriminability`),
-  unbiased under the model's reverse process but expensive.
+- `tweedie`: f_j = p_k(x̂_0(x_{σ_j})) from one forward pass per grid point, calibrated leave-one-out
+  (`recast.informativeness.tweedie_discriminability`); a lower bound on D, exact as σ → 0.
+- `rollout`: V = mean of p_k over M ancestral continuations of x_{σ_j} (`recast.rollout.rollout_estimate`).
 
-Rewards are used raw (the digit world's rewards lie in [0, 1]) in place of the optimality probabilities p_k.
+Bands are bootstrap percentiles over the samples. W comes from the gains as the trainer gets it: each profile is
+shrunk towards the common one by its bootstrap noise share (`recast.informativeness.profile_noise_share`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from recast.digits.world import DigitWorld
-from recast.informativeness import telescoping_gains, tweedie_discriminability
-from recast.sampling import predict_velocity, rollout_discriminability, sample_ode, sigma_schedule
+from recast.informativeness import profile_noise_share, telescoping_gains, tweedie_discriminability
+from recast.rollout import fine_grid, reward_agreement, rollout_estimate, sample_ancestral
+from recast.sampling import predict_velocity, sample_ode, sigma_schedule
+from recast.solver import solve_weights
+from recast.trainer.advantages import STD_EPS
+
+__all__ = ["Profile", "spearman", "stack_rewards", "p_map", "tweedie_estimate", "estimate_profiles"]
+
+ESTIMATORS = ("tweedie", "rollout")
 
 
 @dataclass(frozen=True)
-class InformativenessEstimate:
-    """D_k(sigma) from both estimators on one grid.
+class Profile:
+    """D_k(σ) of K rewards from one estimator, with its band, gains and the W they give.
 
     Attributes:
+        estimator: "tweedie" | "rollout".
         reward_names: the K rewards, row order.
-        sigmas: (T + 1,) grid, sigma_0 = 1 ... sigma_T = 0.
-        D_tweedie: (K, T + 1) float64, D[:, 0] = 0, D[:, T] = clean value.
-        D_rollout: (K, T + 1) float64, same conventions.
-        spearman: (K,) Spearman rank correlation of the two estimators' per-step gains (telescoping_gains, i.e.
-            what the weight solver consumes); NaN where either gain profile is constant.
+        sigmas: (T + 1,) grid, σ_0 = 1 … σ_T = 0.
+        D: (K, T + 1) float64 (not projected); D_lo, D_hi: its 5-95 % bootstrap band.
+        gains: (K, T) telescoping gains of D.
+        noise_share: (K,) bootstrap noise share of each reward's step profile (1 = indistinguishable from noise).
+        W: (K, T) the weights these gains give (rows λ, equal columns).
+        lam: (K,) budgets, normalised.
+        silenced: (K,) bool, rewards whose batch std fell below the floor (p = 0.5, D = 0).
+        checks: consistency checks (rollout only; see `estimate_profiles`).
+        D_boot: (R, K, T + 1) bootstrap replicates of D, or None.
     """
 
+    estimator: str
     reward_names: tuple[str, ...]
     sigmas: torch.Tensor
-    D_tweedie: torch.Tensor
-    D_rollout: torch.Tensor
-    spearman: torch.Tensor
+    D: torch.Tensor
+    D_lo: torch.Tensor
+    D_hi: torch.Tensor
+    gains: torch.Tensor
+    noise_share: torch.Tensor
+    W: torch.Tensor
+    lam: torch.Tensor
+    silenced: torch.Tensor
+    checks: dict = field(default_factory=dict)
+    D_boot: torch.Tensor | None = None
+
+    def subset(self, names: Sequence[str], lam: Sequence[float] = (), temperature: float = 1.0) -> Profile:
+        """The profile of some of the rewards, with W re-solved among them (budgets `lam`, default equal)."""
+        rows = [self.reward_names.index(n) for n in names]
+        lam_t = torch.as_tensor(lam, dtype=torch.float64) if lam else torch.ones(len(rows), dtype=torch.float64)
+        boot = None if self.D_boot is None else self.D_boot[:, rows]
+        checks = {k: [v[r] for r in rows] for k, v in self.checks.items()}
+        return _profile(self.estimator, names, self.sigmas, self.D[rows], boot, lam_t / lam_t.sum(),
+                        self.silenced[rows], temperature, checks)
+
+    def to_json(self) -> dict:
+        """The profile as plain JSON-ready data (what `python -m recast profile` writes)."""
+        return {"estimator": self.estimator, "reward_names": list(self.reward_names), "sigmas": self.sigmas.tolist(),
+                "D": self.D.tolist(), "D_lo": self.D_lo.tolist(), "D_hi": self.D_hi.tolist(),
+                "gains": self.gains.tolist(), "noise_share": self.noise_share.tolist(), "W": self.W.tolist(),
+                "lam": self.lam.tolist(), "silenced": self.silenced.tolist(), "checks": self.checks}
 
 
 def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -62,61 +101,167 @@ def stack_rewards(rewards: Sequence) -> callable:
     return reward
 
 
-@torch.no_grad()
-def estimate_informativeness(
-    world: DigitWorld,
-    reward_names: Sequence[str],
-    prompts: Sequence[str],
-    *,
-    num_steps: int = 10,
-    shift: float = 3.0,
-    num_rollouts: int = 4,
-    noise_level: float = 0.7,
-    alpha: float = 2.0,
-    seed: int = 0,
-) -> InformativenessEstimate:
-    """D_k(sigma) for every reward from the `tweedie` and `rollout` estimators.
-
-    Args:
-        world: the model whose samples and reverse process define pi and V.
-        reward_names: names in `recast.rewards` (K of them).
-        prompts: N prompts, one sample each.
-        num_steps, shift: the grid (`sigma_schedule`).
-        num_rollouts: M SDE continuations per state for `rollout`.
-        noise_level: Flow-GRPO noise scale a for the continuations.
-        alpha: Rényi order.
-        seed: seeds the samples, the forward noise and the continuations.
+def p_map(R_clean: torch.Tensor, adv_clip_max: float = 5.0, std_floor: float = 1e-2, reward_range: float = 1.0):
+    """The trainer's reward → p map, frozen at the clean batch's mean and std (one group, global std).
 
     Returns:
-        InformativenessEstimate.
+        (to_p: raw rewards (..., K) -> p (..., K), silenced (K,) bool).
+    """
+    mean, std = R_clean.mean(0), R_clean.std(0, unbiased=False)
+    silenced = std < std_floor * reward_range
+    c = float(adv_clip_max)
+
+    def to_p(R: torch.Tensor) -> torch.Tensor:
+        A = ((R - mean) / (std + STD_EPS)).clamp(-c, c)
+        return torch.where(silenced, torch.full_like(A, 0.5), 0.5 + A / (2 * c))
+
+    return to_p, silenced
+
+
+@torch.no_grad()
+def tweedie_estimate(world: DigitWorld, embeds, prompts, x0, sigmas, reward, to_p, *, alpha=2.0, bootstrap=200,
+                     generator=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The tweedie D (K, T + 1) on clean samples x0 with every sample's proxy at every interior grid point, and its
+    bootstrap replicates (R, K, T + 1) over samples."""
+    T = len(sigmas) - 1
+    p_clean = to_p(reward(world.decode(x0), list(prompts))).double().cpu()  # (N, K)
+    N, K = p_clean.shape
+    p_proxy = torch.full((T + 1, N, K), float("nan"), dtype=torch.float64)
+    for j in range(1, T):
+        sigma = float(sigmas[j])
+        eps = torch.randn(x0.shape, generator=generator, dtype=x0.dtype).to(x0.device)
+        x_sigma = (1 - sigma) * x0 + sigma * eps
+        x0_hat = x_sigma - sigma * predict_velocity(world.transformer, x_sigma, sigma, embeds)
+        p_proxy[j] = to_p(reward(world.decode(x0_hat), list(prompts))).double().cpu()
+    pc, pp = p_clean.T.numpy(), p_proxy.permute(2, 0, 1).numpy()  # (K, N), (K, T+1, N)
+    D = tweedie_discriminability(pc, pp, alpha)
+    if bootstrap <= 0:
+        return D, None
+    rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
+    boots = [tweedie_discriminability(pc[:, idx], pp[:, :, idx], alpha)
+             for idx in rng.integers(0, N, size=(bootstrap, N))]
+    return D, torch.stack(boots)
+
+
+def _profile(name, reward_names, sigmas, D, D_boot, lam, silenced, temperature, checks) -> Profile:
+    """Gains, noise share, W and band of one estimate."""
+    gains = telescoping_gains(D)
+    if D_boot is not None:
+        R, K, T1 = D_boot.shape
+        g_boot = telescoping_gains(D_boot.reshape(R * K, T1)).reshape(R, K, T1 - 1)
+        shrunk, share = profile_noise_share(gains, g_boot)
+        lo, hi = torch.quantile(D_boot, torch.tensor([0.05, 0.95], dtype=torch.float64), dim=0)
+    else:
+        shrunk, share, lo, hi = gains, torch.zeros(len(reward_names), dtype=torch.float64), D, D
+    W = solve_weights(shrunk, lam, temperature=temperature)
+    return Profile(name, tuple(reward_names), sigmas, D, lo, hi, gains, share, W, lam, silenced, checks, D_boot)
+
+
+@torch.no_grad()
+def estimate_profiles(world: DigitWorld, reward_names: Sequence[str], prompts: Sequence[str], *,
+                      estimators: Sequence[str] = ESTIMATORS, lam: Sequence[float] = (), num_steps: int = 6,
+                      shift: float = 3.0, num_rollouts: int = 8, substeps: int = 4, alpha: float = 2.0,
+                      temperature: float = 1.0, adv_clip_max: float = 5.0, std_floor: float = 1e-2,
+                      bootstrap: int = 200, seed: int = 0) -> dict[str, Profile]:
+    """D_k(σ), bands, gains and W of each reward from each named estimator, on one shared batch of model samples.
+
+    Args:
+        world: the model whose samples and reverse process define π and V.
+        reward_names: names in `recast.rewards` (K of them).
+        prompts: N prompts, one sample each.
+        estimators: any of "tweedie", "rollout".
+        lam: budgets (K,), default equal (normalised to sum 1).
+        num_steps, shift: the grid (`sigma_schedule`): the columns of W.
+        num_rollouts, substeps: M continuations per state; ancestral steps per grid step (also for drawing x_0).
+        alpha, temperature: Rényi order; solver temperature τ.
+        adv_clip_max, std_floor: the trainer's p map (RECAST.md §3).
+        bootstrap: replicates for the bands and the noise share.
+        seed: seeds the samples, the forward noise, the continuations and the bootstrap.
+
+    Returns:
+        {estimator: Profile}. The rollout profile's `checks` hold the consistency checks: `dp_z` (K,), the largest
+        (D(σ_j) − D(σ_T)) / bootstrap s.d. (the data-processing bound holds when ≤ 2), `ends_z` (K,), the z-score
+        of the continuation ends' mean p against the clean samples' (continuations reproduce π), and `ode_z` (K,),
+        the clean samples' raw rewards against the T-step ODE's (how far the training sampler's distribution is).
     """
     import recast.rewards
 
-    device = world.device
-    reward = stack_rewards([recast.rewards.get(name)(device) for name in reward_names])
-    prompts = list(prompts)
+    bad = [e for e in estimators if e not in ESTIMATORS]
+    if bad or not estimators:
+        raise ValueError(f"unknown estimator(s) {bad}; choose from {ESTIMATORS}")
+    prompts, K = list(prompts), len(reward_names)
+    if len(prompts) < 4:
+        raise ValueError(f"need at least 4 prompts (one sample each), got {len(prompts)}")
+    lam_t = torch.full((K,), 1.0 / K, dtype=torch.float64) if not lam else torch.as_tensor(lam, dtype=torch.float64)
+    if lam_t.shape != (K,) or (lam_t < 0).any() or lam_t.sum() <= 0:
+        raise ValueError(f"lam must be {K} budgets >= 0 with a positive sum, got {list(lam)}")
+    lam_t = lam_t / lam_t.sum()
+    reward = stack_rewards([recast.rewards.get(n)(world.device) for n in reward_names])
     gen = torch.Generator().manual_seed(seed)
     sigmas = sigma_schedule(num_steps, shift)
     embeds = world.encode_prompts(prompts)
-    x0 = sample_ode(world.transformer, embeds, sigmas, shape=world.sample_shape, generator=gen,
-                    return_trajectory=False).x0
+    noise = torch.randn((len(prompts), *world.sample_shape), generator=gen).to(world.device)
+    x0 = sample_ancestral(world.transformer, embeds, noise, fine_grid(sigmas, 0, substeps), gen)
+    R_clean = reward(world.decode(x0), prompts).double().cpu()
+    to_p, silenced = p_map(R_clean, adv_clip_max, std_floor)
+    out = {}
+    if "tweedie" in estimators:
+        D, D_boot = tweedie_estimate(world, embeds, prompts, x0, sigmas, reward, to_p, alpha=alpha,
+                                     bootstrap=bootstrap, generator=gen)
+        out["tweedie"] = _profile("tweedie", reward_names, sigmas, D, D_boot, lam_t, silenced, temperature, {})
+    if "rollout" in estimators:
+        est = rollout_estimate(world.transformer, embeds, x0, sigmas, reward, prompts, world.decode,
+                               num_rollouts=num_rollouts, substeps=substeps, to_p=lambda r: to_p(r.double().cpu()),
+                               alpha=alpha, bootstrap=bootstrap, generator=gen)
+        diff = est.D - est.D[:, -1:]
+        if est.D_boot is not None:
+            sd = (est.D_boot - est.D_boot[:, :, -1:]).std(0).clamp_min(1e-12)
+            dp_z = (diff[:, 1:-1] / sd[:, 1:-1]).amax(1) if num_steps > 1 else torch.zeros(K)
+        else:
+            dp_z = torch.full((K,), float("nan"))
+        ode = sample_ode(world.transformer, embeds, sigmas, noise=noise, return_trajectory=False).x0
+        checks = {"dp_z": dp_z.tolist(),
+                  "ends_z": reward_agreement(est.p_ends.reshape(-1, K), est.p_clean).tolist(),
+                  "ode_z": reward_agreement(R_clean, reward(world.decode(ode), prompts).double().cpu()).tolist()}
+        out["rollout"] = _profile("rollout", reward_names, sigmas, est.D, est.D_boot, lam_t, silenced, temperature,
+                                  checks)
+    return out
 
-    p_clean = reward(world.decode(x0), prompts)  # (N, K)
-    p_proxy = torch.full((num_steps + 1, *p_clean.shape), float("nan"))
-    for j in range(1, num_steps):
-        sigma = sigmas[j].item()
-        eps = torch.randn(x0.shape, generator=gen).to(device)
-        x_sigma = (1 - sigma) * x0 + sigma * eps
-        x0_hat = x_sigma - sigma * predict_velocity(world.transformer, x_sigma, sigma, embeds)
-        p_proxy[j] = reward(world.decode(x0_hat), prompts).cpu()
-    D_tweedie = torch.stack([
-        tweedie_discriminability(p_clean[:, k].cpu(), p_proxy[:, :, k], alpha=alpha).double()
-        for k in range(len(reward_names))
-    ])
-    D_rollout = rollout_discriminability(
-        world.transformer, embeds, x0, sigmas, reward, prompts, world.decode,
-        num_rollouts=num_rollouts, noise_level=noise_level, alpha=alpha, generator=gen,
-    )  # fmt: skip
-    g_tweedie, g_rollout = telescoping_gains(D_tweedie), telescoping_gains(D_rollout)
-    rho = torch.tensor([spearman(a, b) for a, b in zip(g_tweedie, g_rollout)], dtype=torch.float64)
-    return InformativenessEstimate(tuple(reward_names), sigmas, D_tweedie, D_rollout, rho)
+
+def plot_profiles(profiles: dict[str, Profile], axes=None, ncols: int = 4):
+    """Small multiples: D_k(σ) over the grid for each reward, one line and 5-95 % band per estimator.
+
+    Args:
+        profiles: {estimator: Profile} over the same rewards and grid.
+        axes: a flat sequence of at least K axes, or None for a new figure.
+        ncols: columns of the new figure.
+
+    Returns:
+        The axes used.
+    """
+    import matplotlib.pyplot as plt
+
+    first = next(iter(profiles.values()))
+    K = len(first.reward_names)
+    if axes is None:
+        nrows = -(-K // ncols)
+        _, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.6 * nrows), constrained_layout=True, squeeze=False)
+        axes = axes.ravel()
+    x = np.arange(len(first.sigmas))
+    colours = {"tweedie": "tab:blue", "rollout": "tab:orange"}
+    for k, name in enumerate(first.reward_names):
+        ax = axes[k]
+        for est, prof in profiles.items():
+            c = colours.get(est, None)
+            ax.fill_between(x, prof.D_lo[k].numpy(), prof.D_hi[k].numpy(), color=c, alpha=0.2, lw=0)
+            ax.plot(x, prof.D[k].numpy(), "o-", color=c, ms=3, label=est)
+        title = name + (" (silenced)" if bool(first.silenced[k]) else "")
+        if len(profiles) == 2 and not bool(first.silenced[k]):
+            a, b = (p.gains[k] for p in profiles.values())
+            title += f"  ρ={spearman(a, b):+.2f}"
+        ax.set_title(title, fontsize=9)
+        ax.set_xticks(x, [f"{s:.2f}" for s in first.sigmas.tolist()], fontsize=6, rotation=90)
+        ax.tick_params(axis="y", labelsize=7)
+    axes[0].set_ylabel("D(σ)")
+    axes[0].legend(fontsize=7)
+    return axes
