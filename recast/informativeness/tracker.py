@@ -78,7 +78,7 @@ class InformativenessTracker:
         seed: seeds the bootstrap (drawn afresh from (seed, update count), so resume is exact without RNG state).
     """
 
-    def __init__(self, K: int, T: int, alpha: float = 2.0, ema: float = 0.0, *, window: int = 8, min_pairs: int = 32,
+    def __init__(self, K: int, T: int, alpha: float = 2.0, ema: float = 0.0, *, window: int = 16, min_pairs: int = 32,
                  bootstrap: int = 64, trained_columns: int | None = None, seed: int = 0):
         if K < 1 or T < 1:
             raise ValueError(f"need K >= 1 rewards and T >= 1 steps, got K={K}, T={T}")
@@ -221,6 +221,9 @@ class InformativenessTracker:
         if (state["K"], state["T"]) != (self.K, self.T):
             raise ValueError(f"tracker state is for K={state['K']}, T={state['T']}, this tracker is K={self.K}, T={self.T}")
         self.alpha, self.ema = float(state["alpha"]), float(state["ema"])
+        self.window, self.min_pairs = int(state.get("window", self.window)), int(state.get("min_pairs", self.min_pairs))
+        self.bootstrap, self.seed = int(state.get("bootstrap", self.bootstrap)), state.get("seed", self.seed)
+        self.m = int(state.get("trained_columns", self.m))
         self.D = None if state["D"] is None else torch.as_tensor(state["D"], dtype=torch.float64).clone()
         self.num_updates = int(state["num_updates"])
         self.pool = [(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64))

@@ -169,12 +169,12 @@ def grpo_optimise(model, policy, ro: Rollouts, A: torch.Tensor, W: torch.Tensor,
         sync = n == len(work) - 1
         with (accelerator.no_sync(model) if not sync else _null()), accelerator.autocast():
             v = predict_velocity(model, x, sigma, emb).float()
-            step = sde_transition(cfg.sde_type, x, v, sigma, sigma_next, cfg.noise_level, sigma_max=sigma_max,
+            step = sde_transition(cfg.sde_type, x, v, sigma, sigma_next, cfg.sde_noise_level, sigma_max=sigma_max,
                                   x_next=x_next)
             if cfg.kl_beta > 0:
                 with torch.no_grad(), policy.use("ref") as tr:
                     v_ref = predict_velocity(tr, x, sigma, emb).float()
-                    ref = sde_transition(cfg.sde_type, x, v_ref, sigma, sigma_next, cfg.noise_level,
+                    ref = sde_transition(cfg.sde_type, x, v_ref, sigma, sigma_next, cfg.sde_noise_level,
                                          sigma_max=sigma_max, x_next=x_next)
                 kl = gaussian_mean_kl(step.mean, ref.mean, step.std.expand(idx.numel()))
             A_j = step_signal(W, A[:, dev_idx], torch.full((idx.numel(),), j, dtype=torch.long))

@@ -110,7 +110,7 @@ class Trainer:
                 if cfg.backend == "nft":
                     out = sample_ode(tr, embeds, self.sigmas, noise=noise, return_trajectory=False)
                 else:
-                    out = sample_sde(tr, embeds, self.sigmas, noise_level=cfg.noise_level, noise=noise,
+                    out = sample_sde(tr, embeds, self.sigmas, noise_level=cfg.sde_noise_level, noise=noise,
                                      generator=self.gen, sde_type=cfg.sde_type)
         return Rollouts(prompts, embeds, out.x0.float(), out.xs, out.x0_hats, out.log_probs)
 
@@ -286,6 +286,8 @@ def _check_step_config(cfg: TrainConfig) -> None:
         raise ValueError(f"unknown sde_type {cfg.sde_type!r}; choose one of {SDE_TYPES}")
     if not cfg.reward_std_floor >= 0:
         raise ValueError(f"reward_std_floor must be >= 0, got {cfg.reward_std_floor}")
+    if not 0 < cfg.cps_noise_level <= 1:
+        raise ValueError(f"cps_noise_level must be in (0, 1], got {cfg.cps_noise_level}")
 
 
 def train(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False):
