@@ -44,6 +44,7 @@ def _column_grad_shares(world, T: int = 6, B: int = 4) -> torch.Tensor:
     return norms / norms.sum(), sigmas[:-1].double()
 
 
+@pytest.mark.slow
 def test_every_loss_column_weighs_the_same_at_the_base_model():
     """With W = λ/T each column's share of the gradient norm is within a factor 2 of 1/T in velocity space. The
     x0-space form is σ_j times it per example (tests/test_losses.py), which leaves the last column under 1 %."""

@@ -125,6 +125,7 @@ def base():
     return world, names, pool
 
 
+@pytest.mark.slow
 def test_cps_samples_score_like_ode_samples_on_every_reward(base):
     import recast.rewards
     from recast.config import preset
@@ -150,6 +151,7 @@ def test_cps_samples_score_like_ode_samples_on_every_reward(base):
     assert (reward_agreement(r_old, r_ode).abs() > 5).sum() >= 3
 
 
+@pytest.mark.slow
 def test_ground_truth_consistency_on_the_base_model(base):
     from recast.digits.informativeness_probe import estimate_profiles
 

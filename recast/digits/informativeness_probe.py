@@ -65,6 +65,17 @@ class Profile:
     checks: dict = field(default_factory=dict)
     D_boot: torch.Tensor | None = None
 
+    def rank_stability(self) -> torch.Tensor:
+        """(K,) median Spearman of bootstrap replicates' gains with the point estimate's: the rank agreement the
+        sampling noise alone allows (NaN without a bootstrap or for a reward without gain)."""
+        if self.D_boot is None:
+            return torch.full((len(self.reward_names),), float("nan"), dtype=torch.float64)
+        R, K, T1 = self.D_boot.shape
+        g_boot = telescoping_gains(self.D_boot.reshape(R * K, T1)).reshape(R, K, T1 - 1)
+        rho = [[spearman(g_boot[r, k], self.gains[k]) for r in range(R)] for k in range(K)]
+        return torch.tensor([float(np.nanmedian(r)) if np.isfinite(r).any() else float("nan") for r in rho],
+                            dtype=torch.float64)
+
     def subset(self, names: Sequence[str], lam: Sequence[float] = (), temperature: float = 1.0) -> Profile:
         """The profile of some of the rewards, with W re-solved among them (budgets `lam`, default equal)."""
         rows = [self.reward_names.index(n) for n in names]
