@@ -141,7 +141,8 @@ _PRESETS = {
     # (groups of 8 and lr 1e-3: with 4 x 4 samples and lr 3e-3 Adam turned mostly-noise gradients into full-size
     # steps and both methods drifted below the base model; tuned on the uniform baseline only)
     "cpu": dict(world="data/digit_base", iterations=30, prompts_per_iter=4, group_size=8, num_steps=6,
-                train_columns=3, lora_rank=8, lora_alpha=16.0, lr=1e-3, eval_prompts=64, eval_every=15),  # torch's default threads: 55 s of training on 2 cores
+                train_columns=3, lora_rank=8, lora_alpha=16.0, lr=1e-3, eval_prompts=64,
+                eval_every=15),  # torch's default threads: 55 s of training on 2 cores
     # one GPU, a larger digit-world run
     "gpu": dict(world="data/digit_base", device="cuda", iterations=400, prompts_per_iter=16, group_size=8,
                 num_steps=10, train_columns=9, lora_rank=32, lora_alpha=64.0, lr=3e-4,

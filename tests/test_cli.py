@@ -61,7 +61,8 @@ def test_cli_profile_writes_json_and_figure_and_prints_the_same_object(tmp_path,
 
 @pytest.mark.parametrize("extra, msg", [
     (["--estimator", "exact"], "--estimator"), (["--lam", "1,2"], "--lam"), (["--setting", "nope"], "--setting"),
-    (["--split", "val"], "split"), (["--num-prompts", "2"], "--num-prompts"), (["--world", "/nowhere"], "no digit world"),
+    (["--split", "val"], "split"), (["--num-prompts", "2"], "--num-prompts"),
+    (["--world", "/nowhere"], "no digit world"),
 ])
 def test_cli_profile_bad_input_exits_2_before_compute(tmp_path, capsys, extra, msg):
     assert main(["profile", "--out", str(tmp_path / "p"), *extra]) == 2

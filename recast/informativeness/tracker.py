@@ -1,4 +1,4 @@
-"""The live `tweedie` estimate during training: pooled pairs, out-of-sample calibration, noise-aware W (RECAST.md §5-§6).
+"""The live `tweedie` estimate in training: pooled pairs, out-of-sample calibration, noise-aware W (RECAST.md §5-§6).
 
 Each iteration the trainer hands over the (p_clean, proxy) pairs the NFT loss produced for free: p_k(x_0) of every
 sample and p_k(x̂_0(x_{σ_j})) at the columns it trained. One iteration gives a column only ~B·m/T pairs, too few for a
@@ -88,9 +88,11 @@ class InformativenessTracker:
         if not 1 <= m <= T:
             raise ValueError(f"trained_columns must be in 1..T={T}, got {trained_columns}")
         if window < 1 or min_pairs < 0 or bootstrap < 0:
-            raise ValueError(f"need window >= 1, min_pairs >= 0, bootstrap >= 0; got {window}, {min_pairs}, {bootstrap}")
+            raise ValueError(f"need window >= 1, min_pairs >= 0, bootstrap >= 0; got {window}, {min_pairs}, "
+                             f"{bootstrap}")
         self.K, self.T, self.alpha, self.ema = int(K), int(T), float(alpha), float(ema)
-        self.window, self.min_pairs, self.bootstrap, self.m, self.seed = int(window), int(min_pairs), int(bootstrap), m, seed
+        self.window, self.min_pairs, self.bootstrap = int(window), int(min_pairs), int(bootstrap)
+        self.m, self.seed = m, seed
         self.D: torch.Tensor | None = None
         self.num_updates = 0
         self.pool: list[tuple[torch.Tensor, torch.Tensor]] = []  # (p_clean (K, N), p_proxy (K, T+1, N)) per iteration
@@ -104,7 +106,8 @@ class InformativenessTracker:
         if window < 1 or min_pairs < 0 or bootstrap < 0 or not 1 <= m <= self.T:
             raise ValueError(f"need window >= 1, min_pairs >= 0, bootstrap >= 0, 1 <= trained_columns <= T; got "
                              f"{window}, {min_pairs}, {bootstrap}, {trained_columns}")
-        self.window, self.min_pairs, self.bootstrap, self.m, self.seed = int(window), int(min_pairs), int(bootstrap), m, seed
+        self.window, self.min_pairs, self.bootstrap = int(window), int(min_pairs), int(bootstrap)
+        self.m, self.seed = m, seed
         return self
 
     # ------------------------------------------------------------------ estimates
@@ -148,7 +151,8 @@ class InformativenessTracker:
         R, K, T = self.bootstrap, self.K, self.T
         D = np.zeros((R, K, T + 1))
         idx = rng.integers(0, pc.shape[1], size=(R, pc.shape[1]))
-        D[:, :, T] = np.stack([renyi_rows(loo_calibrated_values(pc[k][idx], pc[k][idx]), self.alpha) for k in range(K)], 1)
+        D[:, :, T] = np.stack([renyi_rows(loo_calibrated_values(pc[k][idx], pc[k][idx]), self.alpha)
+                               for k in range(K)], 1)
         for j in range(1, T):
             ok = np.isfinite(pp[0, j])
             n = int(ok.sum())
@@ -219,7 +223,8 @@ class InformativenessTracker:
     def load_state_dict(self, state: dict) -> None:
         """Restore from `state_dict`; raises ValueError if the shapes differ from this tracker's."""
         if (state["K"], state["T"]) != (self.K, self.T):
-            raise ValueError(f"tracker state is for K={state['K']}, T={state['T']}, this tracker is K={self.K}, T={self.T}")
+            raise ValueError(f"tracker state is for K={state['K']}, T={state['T']}, this tracker is "
+                             f"K={self.K}, T={self.T}")
         self.alpha, self.ema = float(state["alpha"]), float(state["ema"])
         self.window, self.min_pairs = int(state.get("window", self.window)), int(state.get("min_pairs", self.min_pairs))
         self.bootstrap, self.seed = int(state.get("bootstrap", self.bootstrap)), state.get("seed", self.seed)

@@ -115,7 +115,7 @@ def silenced_rewards(R: torch.Tensor, std_floor: float, reward_range=1.0) -> tor
 
     Args:
         R: raw rewards (K, B).
-        std_floor: the floor as a fraction of the range, ≥ 0 (0 silences only exactly constant rewards... never).
+        std_floor: the floor as a fraction of the range, ≥ 0 (0 silences nothing).
         reward_range: the rewards' range (max − min of their documented scale), a float or (K,); digit-world
             rewards lie in [0, 1], so 1.
 
