@@ -73,7 +73,7 @@ class TrainConfig:
     tracker_ema: float = 0.0  # EMA of D across re-solves (0: the pooled window below already averages iterations)
     informativeness_subset: int = 4096  # samples per iteration whose x0_hat is scored (tweedie); capped at B = all
     tracker_window: int = 16  # iterations of (p_clean, proxy) pairs pooled for each tweedie estimate of D
-    tracker_min_pairs: int = 32  # W stays lambda/T until every trained column of every reward has this many pairs
+    tracker_min_pairs: int = 96  # W stays lambda/T until every trained column has this many pooled pairs (cpu: 6 its)
     tracker_bootstrap: int = 64  # bootstrap replicates for the noise share of the gains (0: no shrinkage)
 
     # --- optimisation ---

@@ -52,7 +52,7 @@ def max_relative_deviation(W, lam) -> float:
 
 
 def simulate_tracker(r2, *, lam=None, iterations: int = 30, batch: int = 32, train_columns: int = 3,
-                     adv_clip_max: float = 5.0, temperature: float = 1.0, window: int = 16, min_pairs: int = 32,
+                     adv_clip_max: float = 5.0, temperature: float = 1.0, window: int = 16, min_pairs: int = 96,
                      bootstrap: int = 64, ema: float = 0.0, seed: int = 0) -> SimulationResult:
     """Run the tracker on synthetic pairs with known R² profiles, at a trainer's sample counts.
 

@@ -78,7 +78,7 @@ class InformativenessTracker:
         seed: seeds the bootstrap (drawn afresh from (seed, update count), so resume is exact without RNG state).
     """
 
-    def __init__(self, K: int, T: int, alpha: float = 2.0, ema: float = 0.0, *, window: int = 16, min_pairs: int = 32,
+    def __init__(self, K: int, T: int, alpha: float = 2.0, ema: float = 0.0, *, window: int = 16, min_pairs: int = 96,
                  bootstrap: int = 64, trained_columns: int | None = None, seed: int = 0):
         if K < 1 or T < 1:
             raise ValueError(f"need K >= 1 rewards and T >= 1 steps, got K={K}, T={T}")
