@@ -96,7 +96,7 @@ def main() -> None:
               f"{a['train_wall_s']:.1f} | {a.get('reward_base', float('nan')):.4f} | "
               f"{a.get('reward_final', float('nan')):.4f} |")
     print(f"\nReCAST overhead: {overhead['recast_only_phases_pct']:.2f}% of its iteration in recast-only phases; "
-          f"{overhead['iteration_time_diff_pct']:+.2f}% mean iteration time vs uniform (target <= 5%)")
+          f"{overhead['iteration_time_diff_pct']:+.2f}% mean iteration time vs uniform (target <= 3%)")
     write_json(args.out, {"preset": args.preset, "config": cfg0.to_dict(), "seeds": seeds,
                           "machine": {"python": platform.python_version(), "torch": torch.__version__,
                                       "threads": torch.get_num_threads(), "cpu": platform.processor()},

@@ -2,6 +2,7 @@
 
     python -m recast train --preset cpu --setting compose --method recast --lam 0.4,0.2,0.2,0.2 --out runs/x
     python -m recast demo                  # ReCAST vs uniform, compose, cpu preset, seeds 0,1,2 (recast/demo.py)
+    python -m recast profile --setting compose --estimator rollout   # when is each reward informative (profile.py)
 
 Bad input exits with status 2 and a one-line message saying what to fix (no traceback).
 """
@@ -75,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--workers", type=int, help="parallel training processes (default: CPU count)")
     d.add_argument("--out", default="runs/demo", help="folder for the runs and results.{json,csv}")
     d.add_argument("--figure", default=None, help="figure name in figures/ (default: demo_<setting>)")
+    from recast import profile
+
+    profile.add_parser(sub)
     return ap
 
 
@@ -112,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "demo":
         return _demo(args)
+    if args.command == "profile":
+        from recast import profile
+
+        return profile.run(args)
     try:
         cfg = config_from_args(args)
         from recast.trainer import NonFiniteLossError, Trainer

@@ -15,6 +15,8 @@ from pathlib import Path
 METHODS = ("recast", "uniform", "reward_sum", "fixed")
 BACKENDS = ("nft", "grpo")
 STD_SCOPES = ("global", "group")
+NFT_NORMS = ("velocity", "x0", "none")  # adaptive normalisation of the NFT loss (RECAST.md §4)
+SDE_TYPES = ("cps", "flow_grpo")  # grpo rollout step (RECAST.md §4)
 
 
 @dataclass(frozen=True)
@@ -38,15 +40,20 @@ class TrainConfig:
     batch_size: int = 0  # samples per iteration per process (a multiple of G); 0 = prompts_per_iter * G
     num_steps: int = 10  # T: sampler steps = columns of W
     shift: float = 3.0  # sigma-schedule shift (diffusers FlowMatchEulerDiscreteScheduler)
-    noise_level: float = 0.7  # Flow-GRPO SDE noise level a (grpo backend only)
+    noise_level: float = 0.7  # Flow-GRPO SDE noise level a (sde_type="flow_grpo"): std_t = a sqrt(sigma / (1 - sigma))
+    sde_type: str = "cps"  # grpo rollouts: cps (coefficients-preserving, right noise level at any T) | flow_grpo
+    cps_noise_level: float = 0.3  # a of the cps step, std = sigma_next sin(a pi / 2); on the base model at T = 6,
+    # 0.3 scores like ODE samples on every reward (|z| <= 1.8, 128 samples), 0.7 moves "clean" by 7.6 s.e.
 
     # --- advantages ---
     adv_clip_max: float = 5.0  # c: advantages clipped to [-c, c]; p = 0.5 + A / (2c)
     std_scope: str = "global"  # "global": std over the whole batch (DiffusionNFT) | "group": within each group
+    reward_std_floor: float = 1e-2  # a reward whose batch std < this x its range (1 for [0, 1] rewards) gets p = 0.5
 
     # --- NFT loss ---
     nft_beta: float = 1.0  # NFT strength in v+ = (1-beta) v_old + beta v_theta (not the KL weight)
-    nft_adaptive_norm: bool = True  # DiffusionNFT's x0-space adaptive normalisation (/ detached mean |x0 err|)
+    nft_norm: str = "velocity"  # adaptive normalisation: velocity (every column weighs the same) | x0 (DiffusionNFT's
+    # sigma-weighted form, for parity) | none (plain squared error); see RECAST.md §4
     nft_loss_scale: bool = True  # divide by nft_beta and multiply by adv_clip_max as DiffusionNFT does
     kl_beta: float = 0.0  # weight of the KL term kl_beta * ||v_theta - v_ref||^2 to the frozen base (grpo: Gaussian KL)
     train_columns: int = 0  # m: columns trained per sample, drawn at random from the eligible ones; 0 = all eligible
@@ -66,8 +73,11 @@ class TrainConfig:
     floor: float = 1e-6  # kernel floor added to the step profile q
     uniform_mix: float = 0.0  # gamma: W <- (1-gamma) W + gamma lambda/T
     alpha: float = 2.0  # Renyi order of the discriminability
-    tracker_ema: float = 0.9  # EMA of D across iterations in the InformativenessTracker
-    informativeness_subset: int = 8  # samples per iteration whose x0_hat gets rewards evaluated (tweedie estimator)
+    tracker_ema: float = 0.0  # EMA of D across re-solves (0: the pooled window below already averages iterations)
+    informativeness_subset: int = 4096  # samples per iteration whose x0_hat is scored (tweedie); capped at B = all
+    tracker_window: int = 16  # iterations of (p_clean, proxy) pairs pooled for each tweedie estimate of D
+    tracker_min_pairs: int = 96  # W stays lambda/T until every trained column has this many pooled pairs (cpu: 6 its)
+    tracker_bootstrap: int = 64  # bootstrap replicates for the noise share of the gains (0: no shrinkage)
 
     # --- optimisation ---
     lora_rank: int = 8  # LoRA rank on the attention projections; 0 = full fine-tuning
@@ -91,6 +101,11 @@ class TrainConfig:
     grid_every: int = 0  # write a PNG grid of EMA samples every this many iterations (0 = only at the end)
     log_with: tuple[str, ...] = ()  # accelerate trackers, e.g. ("tensorboard",) or ("wandb",)
     progress: bool = True  # show a tqdm progress bar
+
+    @property
+    def sde_noise_level(self) -> float:
+        """The noise level of the grpo rollout step in use (`cps_noise_level` or `noise_level`)."""
+        return self.cps_noise_level if self.sde_type == "cps" else self.noise_level
 
     @property
     def B(self) -> int:
@@ -123,17 +138,17 @@ def _tuplify(v):
 _PRESETS = {
     # seconds: a random tiny world, 2 prompts x 2 samples, 4 steps
     "ci": dict(world="tiny", iterations=4, prompts_per_iter=2, group_size=2, num_steps=4, informativeness_subset=4,
-               lora_rank=4, lora_alpha=8.0, eval_prompts=4, progress=False, tracker_ema=0.5,
-               num_threads=1),
+               lora_rank=4, lora_alpha=8.0, eval_prompts=4, progress=False, tracker_min_pairs=2,
+               tracker_bootstrap=16, num_threads=1),
     # minutes on 2 CPU cores with the committed base model
     # (groups of 8 and lr 1e-3: with 4 x 4 samples and lr 3e-3 Adam turned mostly-noise gradients into full-size
     # steps and both methods drifted below the base model; tuned on the uniform baseline only)
     "cpu": dict(world="data/digit_base", iterations=30, prompts_per_iter=4, group_size=8, num_steps=6,
-                train_columns=3, informativeness_subset=16, lora_rank=8, lora_alpha=16.0, lr=1e-3, eval_prompts=64,
-                eval_every=15, tracker_ema=0.8),  # torch's default threads: 55 s of training on 2 cores
+                train_columns=3, lora_rank=8, lora_alpha=16.0, lr=1e-3, eval_prompts=64,
+                eval_every=15),  # torch's default threads: 55 s of training on 2 cores
     # one GPU, a larger digit-world run
     "gpu": dict(world="data/digit_base", device="cuda", iterations=400, prompts_per_iter=16, group_size=8,
-                num_steps=10, train_columns=9, informativeness_subset=32, lora_rank=32, lora_alpha=64.0, lr=3e-4,
+                num_steps=10, train_columns=9, lora_rank=32, lora_alpha=64.0, lr=3e-4,
                 eval_prompts=256, eval_every=50, checkpoint_every=50, grid_every=50),
     # SD3.5-Medium at DiffusionNFT's scale (docs: README "Paper scale"); never run on these machines. Per process:
     # 6 prompts x 24 samples, so 8 GPUs draw DiffusionNFT's 48 prompts x 24 images per iteration, in micro-batches

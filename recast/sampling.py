@@ -1,4 +1,5 @@
-"""Samplers for SD3-style rectified-flow transformers: ODE (Euler), SDE (Flow-GRPO) and rollout values.
+"""Samplers for SD3-style rectified-flow transformers: ODE (Euler), SDE (Flow-GRPO and coefficients-preserving "cps")
+(the ancestral "η = 1" sampler of the `rollout` ground truth lives in `recast.rollout`).
 
 Convention (docs/DESIGN.md): x_sigma = (1 - sigma) x0 + sigma eps, velocity v ~ eps - x0, the transformer is called
 with timestep = sigma * 1000, Euler step x_next = x + (sigma_next - sigma) v, Tweedie x0_hat = x - sigma v. The grid
@@ -214,6 +215,60 @@ def sde_step(
     return SDEStep(x_next, log_prob.mean(dim=tuple(range(1, x.ndim))), mean, x.new_tensor(std))
 
 
+def cps_step(
+    x: torch.Tensor,
+    v: torch.Tensor,
+    sigma,
+    sigma_next,
+    noise_level: float = 0.7,
+    *,
+    x_next: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> SDEStep:
+    """Coefficients-preserving SDE transition sigma -> sigma_next (FlowCPS; Flow-GRPO's sde_type="cps").
+
+    With x0_hat = x − σ v and eps_hat = x + (1 − σ) v (the model's clean and noise estimates), the next state is
+    (1 − σ') x0_hat + σ' (cos(aπ/2) eps_hat + sin(aπ/2) ξ): the noise keeps unit scale, so x_{σ'} has exactly the
+    forward process's coefficients at every σ', whatever the step size. Flow-GRPO's step does not, and at coarse T it
+    leaves visible noise in the final sample (RECAST.md §4). Into σ' = 0 the step is deterministic (x0_hat),
+    log_prob 0.
+
+    Args:
+        x, v: (B, C, H, W) state and velocity (v differentiable for GRPO).
+        sigma, sigma_next: σ > σ' ≥ 0.
+        noise_level: a in [0, 1]; std = σ' sin(aπ/2).
+        x_next, generator: as in `sde_step`.
+
+    Returns:
+        SDEStep(x_next, log_prob (B,) averaged over non-batch dims, mean, std).
+    """
+    sigma, sigma_next = float(sigma), float(sigma_next)
+    if not sigma > sigma_next >= 0:
+        raise ValueError(f"cps_step needs sigma > sigma_next >= 0, got {sigma=} {sigma_next=}")
+    x0_hat, eps_hat = x - sigma * v, x + (1 - sigma) * v
+    angle = noise_level * math.pi / 2
+    std = sigma_next * math.sin(angle)
+    mean = (1 - sigma_next) * x0_hat + sigma_next * math.cos(angle) * eps_hat
+    if std == 0.0:
+        x_next = mean if x_next is None else x_next
+        return SDEStep(x_next, torch.zeros(x.shape[0], dtype=x.dtype, device=x.device), mean, x.new_zeros(()))
+    if x_next is None:
+        xi = torch.randn(x.shape, generator=generator, dtype=x.dtype).to(x.device)
+        x_next = mean + std * xi
+    log_prob = -((x_next.detach() - mean) ** 2) / (2 * std**2) - math.log(std) - 0.5 * math.log(2 * math.pi)
+    return SDEStep(x_next, log_prob.mean(dim=tuple(range(1, x.ndim))), mean, x.new_tensor(std))
+
+
+def sde_transition(sde_type: str, x, v, sigma, sigma_next, noise_level: float, *, sigma_max=None, x_next=None,
+                   generator=None) -> SDEStep:
+    """One stochastic step of the named kind: "flow_grpo" (`sde_step`) or "cps" (`cps_step`)."""
+    if sde_type == "flow_grpo":
+        return sde_step(x, v, sigma, sigma_next, noise_level, sigma_max=sigma_max, x_next=x_next, generator=generator)
+    if sde_type == "cps":
+        return cps_step(x, v, sigma, sigma_next, noise_level, x_next=x_next, generator=generator)
+    raise ValueError(f"sde_type must be 'cps' or 'flow_grpo', got {sde_type!r}")
+
+
 @torch.no_grad()
 def sample_sde(
     transformer,
@@ -226,12 +281,14 @@ def sample_sde(
     generator: torch.Generator | None = None,
     start: int = 0,
     return_trajectory: bool = True,
+    sde_type: str = "flow_grpo",
 ) -> SampleOutput:
-    """Stochastic sampling with Flow-GRPO's SDE (`sde_step`), recording per-step log-probs.
+    """Stochastic sampling with a Flow-GRPO-style SDE (`sde_transition`), recording per-step log-probs.
 
     Args:
         transformer, embeds, sigmas, shape, generator, return_trajectory: as in `sample_ode`.
-        noise_level: a in std_t = a sqrt(sigma / (1 - sigma)).
+        noise_level: a; flow_grpo: std_t = a sqrt(sigma / (1 - sigma)); cps: std = sigma_next sin(a pi / 2).
+        sde_type: "flow_grpo" (`sde_step`) or "cps" (`cps_step`, the right noise level at coarse T).
         noise: (B, C, H, W) the state at `sigmas[start]` (pure noise when start = 0); drawn when None.
         start: grid index to start from; the outputs then cover steps start ... T - 1 only.
 
@@ -248,7 +305,7 @@ def sample_sde(
         v = predict_velocity(transformer, x, sigma, embeds)
         if return_trajectory:
             x0_hats.append(x - sigma * v)
-        step = sde_step(x, v, sigma, sigma_next, noise_level, sigma_max=sigma_max, generator=generator)
+        step = sde_transition(sde_type, x, v, sigma, sigma_next, noise_level, sigma_max=sigma_max, generator=generator)
         x = step.x_next
         log_probs.append(step.log_prob)
         if return_trajectory:
@@ -260,138 +317,3 @@ def sample_sde(
         log_probs=torch.stack(log_probs),
         sigmas=sigmas,
     )
-
-
-RewardFn = Callable[[torch.Tensor, list[str]], torch.Tensor]
-
-
-def _rollout_rewards(transformer, embeds, x_sigma, j, sigmas, reward_fn, prompts, decode, num_rollouts, noise_level,
-                     generator) -> torch.Tensor:
-    """Rewards of M SDE continuations from grid index j: (M, B) or (M, B, K)."""
-    num_steps = len(sigmas) - 1
-    if not 0 <= j <= num_steps:
-        raise ValueError(f"grid index j={j} outside 0..{num_steps}")
-    batch = x_sigma.shape[0]
-    if j == num_steps:
-        return reward_fn(decode(x_sigma), list(prompts)).float()[None]
-    out = sample_sde(transformer, embeds.repeat(num_rollouts), sigmas, noise_level=noise_level,
-                     noise=x_sigma.repeat(num_rollouts, 1, 1, 1), generator=generator, start=j,
-                     return_trajectory=False)
-    rewards = reward_fn(decode(out.x0), list(prompts) * num_rollouts).float()
-    return rewards.reshape(num_rollouts, batch, *rewards.shape[1:])
-
-
-@torch.no_grad()
-def rollout_values(
-    transformer,
-    embeds: PromptEmbeds,
-    x_sigma: torch.Tensor,
-    j: int,
-    sigmas: torch.Tensor,
-    reward_fn: RewardFn,
-    prompts: Sequence[str],
-    decode: Callable[[torch.Tensor], torch.Tensor],
-    *,
-    num_rollouts: int = 8,
-    noise_level: float = 0.7,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """Monte-Carlo value V(x_sigma_j) = E[r(x0) | x_sigma_j] under the model's SDE reverse process (RECAST.md §5, 2).
-
-    Args:
-        transformer, embeds: the model and the conditioning of the B states.
-        x_sigma: (B, C, H, W) states at grid index j (0 <= j <= T; at j = T they are scored directly).
-        j: grid index of x_sigma.
-        sigmas: (T + 1,) grid.
-        reward_fn: (images (N, 3, H, W) in [0, 1], prompts) -> (N,), or (N, K) to score K rewards on the same
-            continuations.
-        prompts: B prompts matching `embeds`.
-        decode: model space -> images in [0, 1] (`world.decode`).
-        num_rollouts: M continuations per state, run as one batch of M * B.
-        noise_level: Flow-GRPO noise scale a of the continuations.
-        generator: RNG of the continuations.
-
-    Returns:
-        V (B,) (or (B, K)) float32 on x_sigma's device: the mean reward over the M continuations (unbiased for V).
-    """
-    return _rollout_rewards(transformer, embeds, x_sigma, j, sigmas, reward_fn, prompts, decode, num_rollouts,
-                            noise_level, generator).mean(0)
-
-
-def debiased_values(rewards: torch.Tensor) -> torch.Tensor:
-    """Rollout means shrunk toward their batch mean so that their variance is unbiased for Var V.
-
-    The mean of M rollouts has variance Var V + E[s^2] / M: Monte-Carlo noise inflates D. Scaling the deviations
-    from the batch mean by sqrt(max(0, 1 - (E[s^2] / M) / Var(mean))) removes that excess (exactly, for the variance;
-    so D_2 = log(1 + Var V / (E V)^2) is debiased up to the ratio), keeps the mean, and keeps values >= 0.
-
-    Args:
-        rewards: (M, B) or (M, B, K) rewards of M continuations of B states, M >= 2 (M = 1 returns the means).
-
-    Returns:
-        (B,) or (B, K) debiased values.
-    """
-    V = rewards.mean(0)
-    if rewards.shape[0] < 2:
-        return V
-    noise = rewards.var(0, unbiased=True).mean(0) / rewards.shape[0]
-    total = V.var(0, unbiased=True)
-    factor = torch.where(total > 0, (1 - noise / total.clamp_min(1e-30)).clamp_min(0), torch.zeros_like(total))
-    return V.mean(0) + factor.sqrt() * (V - V.mean(0))
-
-
-@torch.no_grad()
-def rollout_discriminability(
-    transformer,
-    embeds: PromptEmbeds,
-    x0: torch.Tensor,
-    sigmas: torch.Tensor,
-    reward_fn: RewardFn,
-    prompts: Sequence[str],
-    decode: Callable[[torch.Tensor], torch.Tensor],
-    *,
-    num_rollouts: int = 8,
-    noise_level: float = 0.7,
-    alpha: float = 2.0,
-    debias: bool = True,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """D(sigma_j) on the whole grid from rollout values (the `rollout` estimator of RECAST.md §5).
-
-    Each clean sample x0 is forward-noised to every interior sigma_j (x = (1 - sigma) x0 + sigma eps, fresh eps per
-    j), V is estimated from M continuations, and D[j] = renyi_discriminability(V, alpha). D[0] = 0 (sigma = 1 says
-    nothing) and D[T] comes from the clean rewards r(x0). Rewards are used raw (they must be >= 0); where all values
-    are 0 the ratio V / E[V] is undefined and D is set to 0 (no signal).
-
-    Args:
-        x0: (N, C, H, W) clean samples, typically from the model itself; `embeds`/`prompts` match them.
-        reward_fn: as in `rollout_values`; with K outputs per sample every reward shares the same continuations.
-        debias: remove the Monte-Carlo variance of the M-sample means (`debiased_values`); without it D is biased
-            upwards by about Var(r | x_sigma) / (M (E V)^2), which dominates at high sigma for small M.
-
-    Returns:
-        D (T + 1,) float64 on CPU, or (K, T + 1) for a K-output reward_fn (not PAV-projected; the caller
-        post-processes).
-    """
-    num_steps = len(sigmas) - 1
-    clean = reward_fn(decode(x0), list(prompts)).float()
-    D = torch.zeros(*clean.shape[1:], num_steps + 1, dtype=torch.float64)
-    D[..., num_steps] = _renyi_or_zero(clean, alpha)
-    for j in range(1, num_steps):
-        sigma = sigmas[j].item()
-        eps = torch.randn(x0.shape, generator=generator, dtype=x0.dtype).to(x0.device)
-        x_sigma = (1 - sigma) * x0 + sigma * eps
-        rewards = _rollout_rewards(transformer, embeds, x_sigma, j, sigmas, reward_fn, prompts, decode, num_rollouts,
-                                   noise_level, generator)
-        D[..., j] = _renyi_or_zero(debiased_values(rewards) if debias else rewards.mean(0), alpha)
-    return D
-
-
-def _renyi_or_zero(values: torch.Tensor, alpha: float) -> torch.Tensor:
-    """renyi_discriminability of V (N,) -> 0-d, or per column of V (N, K) -> (K,); 0 where V is identically 0."""
-    from recast.informativeness import renyi_discriminability
-
-    values = values.detach().double().cpu()
-    columns = values.T if values.ndim == 2 else values[None]
-    D = [renyi_discriminability(v, alpha=alpha) if v.sum() > 0 else 0.0 for v in columns]
-    return torch.tensor(D if values.ndim == 2 else D[0], dtype=torch.float64)

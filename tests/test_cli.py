@@ -41,3 +41,30 @@ def test_missing_base_model_is_a_clear_error_not_a_silent_fallback(tmp_path):
     with pytest.raises(FileNotFoundError, match="no digit world"):
         validate(preset("cpu", world=str(tmp_path / "nowhere")), tmp_path / "run")
     assert preset("cpu").world == "data/digit_base"
+
+
+def test_cli_profile_writes_json_and_figure_and_prints_the_same_object(tmp_path, capsys):
+    out = tmp_path / "prof"
+    args = ["profile", "--setting", "compose", "--num-prompts", "6", "--num-steps", "3", "--bootstrap", "5",
+            "--out", str(out), "--json"]
+    assert main(args) == 0
+    printed = json.loads(capsys.readouterr().out)
+    written = json.loads((out / "profile.json").read_text())
+    assert printed == written
+    assert written["reward_names"] == ["digit", "color", "position", "size"] and len(written["sigmas"]) == 4
+    for key in ("D", "D_lo", "D_hi"):
+        assert len(written[key]) == 4 and len(written[key][0]) == 4
+    W = written["W"]
+    assert all(abs(sum(row) - 0.25) < 1e-9 for row in W) and len(W[0]) == 3
+    assert (out / "profile.png").is_file() and (out / "profile.pdf").is_file()
+
+
+@pytest.mark.parametrize("extra, msg", [
+    (["--estimator", "exact"], "--estimator"), (["--lam", "1,2"], "--lam"), (["--setting", "nope"], "--setting"),
+    (["--split", "val"], "split"), (["--num-prompts", "2"], "--num-prompts"),
+    (["--world", "/nowhere"], "no digit world"),
+])
+def test_cli_profile_bad_input_exits_2_before_compute(tmp_path, capsys, extra, msg):
+    assert main(["profile", "--out", str(tmp_path / "p"), *extra]) == 2
+    assert msg in capsys.readouterr().err
+    assert not (tmp_path / "p" / "profile.json").exists()

@@ -113,8 +113,9 @@ def test_tweedie_recovers_known_r2(r2):
     cv2 = p.var() / p.mean() ** 2
     assert D[0] == 0.0
     assert D[T].item() == pytest.approx(math.log(1 + cv2), rel=1e-12)
+    # Leave-one-out calibration: R² is estimated out of sample, exact at R² = 0 and 1, within O(1/n) between.
     torch.testing.assert_close(D[1:T], torch.full((T - 1,), math.log(1 + r2 * cv2), dtype=torch.float64),
-                               rtol=1e-9, atol=1e-12)
+                               rtol=5e-3 if 0 < r2 < 1 else 1e-9, atol=1e-12)
 
 
 def test_tweedie_is_invariant_to_affine_proxy_and_fills_missing_columns():
@@ -174,3 +175,107 @@ def test_tracker_state_round_trip_and_errors():
         InformativenessTracker(K=2, T=3).load_state_dict(tr.state_dict())
     with pytest.raises(ValueError, match="finite"):
         InformativenessTracker(K=1, T=2).update(torch.tensor([[0, float("nan"), 1.0]]))
+
+
+# ------------------------------------------------------------------ the pooled live estimate (issue: noise floor)
+def test_loo_calibration_removes_the_in_sample_inflation():
+    """Pure-noise proxies at n = 8: in-sample least squares would report R² ≈ 1/(n − 1); leave-one-out ≈ 0."""
+    from recast.informativeness import loo_calibrated_values
+
+    rng = np.random.default_rng(0)
+    y = 0.5 + 0.1 * rng.standard_normal((4000, 8))
+    f = rng.standard_normal((4000, 8))
+    V = loo_calibrated_values(y, f)
+    r2 = V.var(1) / y.var(1)
+    assert r2.mean() < 0.05  # in sample this is 1/7 = 0.14
+    exact = loo_calibrated_values(y, 3 * y - 1)  # an affine proxy is perfect
+    np.testing.assert_allclose(exact, y, atol=1e-12)
+
+
+def _tracker_inputs(rng, K, T, N, r2):
+    z = rng.standard_normal((K, N))
+    p = 0.5 + np.clip(z, -5, 5) / 10
+    proxy = np.full((K, T + 1, N), np.nan)
+    for j in range(1, T):
+        proxy[:, j] = np.sqrt(r2[:, j, None]) * z + np.sqrt(1 - r2[:, j, None]) * rng.standard_normal((K, N))
+    return p, proxy
+
+
+def test_tracker_holds_static_W_until_every_row_has_enough_pairs():
+    from recast.informativeness.simulate import profiles
+
+    rng = np.random.default_rng(1)
+    r2 = profiles("split", T=4).numpy()
+    tr = InformativenessTracker(K=4, T=4, window=8, min_pairs=30, bootstrap=0)
+    lam = [0.25] * 4
+    for it in range(3):
+        tr.add(*_tracker_inputs(rng, 4, 4, 10, r2))
+        assert tr.pairs_per_row()[1].item() == 10 * (it + 1)
+        W = tr.weights(lam)
+        if it < 2:
+            torch.testing.assert_close(W, static_weights(lam, 4))  # 10, 20 pairs < 30: held at λ/T
+    assert tr.ready() and not torch.allclose(W, static_weights(lam, 4))
+
+
+def test_grpo_tracker_solves_W_over_the_columns_it_trains():
+    tr = InformativenessTracker(K=2, T=4, trained_columns=3)
+    D = torch.tensor([[0, 0.5, 0.6, 0.7, 0.8], [0, 0.0, 0.1, 0.2, 5.0]], dtype=torch.float64)  # a huge last gain
+    tr.update(D)
+    lam = torch.tensor([0.3, 0.7], dtype=torch.float64)
+    W = tr.weights(lam)
+    torch.testing.assert_close(W[:, 3], lam / 4)  # the untrained last column keeps λ/T
+    torch.testing.assert_close(W[:, :3].sum(1), lam * 3 / 4)  # each reward keeps its share of the trained columns
+    torch.testing.assert_close(W.sum(0), torch.full((4,), 0.25, dtype=torch.float64))
+    expected = solve_weights(tr.gains()[:, :3], lam) * 3 / 4  # the last column's gain plays no part
+    torch.testing.assert_close(W[:, :3], expected)
+
+
+def test_tracker_pool_state_round_trips_through_weights_only_load(tmp_path):
+    rng = np.random.default_rng(2)
+    r2 = np.tile(np.linspace(0, 1, 5), (2, 1))
+    tr = InformativenessTracker(K=2, T=4, window=3, min_pairs=4, bootstrap=8, seed=5)
+    for _ in range(4):
+        tr.add(*_tracker_inputs(rng, 2, 4, 12, r2))
+    torch.save(tr.state_dict(), tmp_path / "t.pt")
+    other = InformativenessTracker(K=2, T=4)
+    other.load_state_dict(torch.load(tmp_path / "t.pt", weights_only=True))
+    assert len(other.pool) == 3 and other.num_updates == 4
+    torch.testing.assert_close(other.weights([0.5, 0.5]), tr.weights([0.5, 0.5]))
+    batch = _tracker_inputs(rng, 2, 4, 12, r2)
+    torch.testing.assert_close(other.add(*batch), tr.add(*batch))  # the bootstrap is seeded by (seed, update count)
+    torch.testing.assert_close(other.weights([0.5, 0.5]), tr.weights([0.5, 0.5]))
+
+
+def test_noise_share_is_one_for_pure_noise_and_small_for_clear_profiles():
+    from recast.informativeness import profile_noise_share
+
+    rng = torch.Generator().manual_seed(3)
+    clear = torch.tensor([[1.0, 0.1, 0.0], [0.0, 0.1, 1.0]], dtype=torch.float64)
+    boot = clear + 0.01 * torch.randn(64, 2, 3, generator=rng, dtype=torch.float64)
+    prof, share = profile_noise_share(clear, boot.clamp_min(0))
+    assert (share < 0.05).all() and prof[0, 0] > prof[1, 0]
+    same = torch.ones(2, 3, dtype=torch.float64)
+    boot = same + 0.3 * torch.randn(64, 2, 3, generator=rng, dtype=torch.float64)
+    prof, share = profile_noise_share(same + torch.tensor([[0.1, 0, 0], [0, 0, 0.1]]), boot.clamp_min(0))
+    assert (share == 1).all()
+    torch.testing.assert_close(prof[0], prof[1])  # both shrunk all the way to the common profile: W = λ/T
+
+
+@pytest.mark.parametrize("kind", ["identical", "split"])
+def test_noise_floor_targets_at_the_cpu_preset_sample_counts(kind):
+    """Synthetic training at B = 32, 3 of 6 columns per sample, 30 iterations (the cpu preset). Identical true
+    profiles: W stays within 0.25 λ/T of λ/T (median over seeds; it was 0.79 before pooling and shrinkage).
+    An early/late split: the solved W correlates ≥ 0.8 with the true W (median)."""
+    from recast.informativeness.simulate import max_relative_deviation, profiles, simulate_tracker
+
+    lam = [0.25] * 4
+    stats = []
+    for seed in range(4):
+        res = simulate_tracker(profiles(kind), seed=seed)
+        if kind == "identical":
+            stats.append(max_relative_deviation(res.W[-1], lam))
+        else:
+            a, b = (res.W[-1] - 0.25 / 6).flatten(), (res.W_true - 0.25 / 6).flatten()
+            stats.append(float(torch.corrcoef(torch.stack([a, b]))[0, 1]))
+    med = float(np.median(stats))
+    assert (med <= 0.25) if kind == "identical" else (med >= 0.8), stats

@@ -41,15 +41,40 @@ def test_nft_adaptive_norm_and_kl():
     v_old, u = torch.randn(3, 2, 4), torch.randn(3, 2, 4)
     sigma = torch.tensor([0.2, 0.5, 0.9])
     v = v_old.clone().requires_grad_(True)
-    out = nft_loss(v, v_old, u, torch.ones(3), adaptive_sigma=sigma)
+    out = nft_loss(v, v_old, u, torch.ones(3), norm="x0", sigma=sigma)
     err = sigma[:, None, None] * (v_old - u)
     expected = (err**2).mean((1, 2)) / err.abs().mean((1, 2))
     torch.testing.assert_close(out.per_example, expected)
+    # velocity space: the same without σ, so the x0 form is exactly σ times it (DiffusionNFT's column weighting)
+    vel = nft_loss(v, v_old, u, torch.ones(3), norm="velocity")
+    err = v_old - u
+    torch.testing.assert_close(vel.per_example, (err**2).mean((1, 2)) / err.abs().mean((1, 2)))
+    torch.testing.assert_close(out.per_example, sigma * vel.per_example)
+    with pytest.raises(ValueError, match="nft_norm"):
+        nft_loss(v, v_old, u, torch.ones(3), norm="x1")
+    with pytest.raises(ValueError, match="sigma"):
+        nft_loss(v, v_old, u, torch.ones(3), norm="x0")
     assert out.kl.item() == 0.0
     v_ref = torch.zeros_like(v_old)
     out = nft_loss(v, v_old, u, torch.ones(3), v_ref=v_ref, kl_beta=0.5)
     torch.testing.assert_close(out.kl, (v_old**2).mean())
     torch.testing.assert_close(out.loss, out.policy + 0.5 * out.kl)
+
+
+@pytest.mark.parametrize("nft_norm", ["velocity", "x0"])
+def test_velocity_norm_gradient_at_old_policy_is_scale_free(nft_norm):
+    """At v_θ = v_old the velocity-normalised gradient is 2β(2p − 1)(v_old − u) / (n · mean|v_old − u|): the same
+    size whatever σ, while the x0 form carries an extra factor σ."""
+    torch.manual_seed(4)
+    v_old, u = torch.randn(4, 3, 5, dtype=torch.float64), torch.randn(4, 3, 5, dtype=torch.float64)
+    p, sigma = torch.tensor([0.9, 0.1, 0.7, 0.3], dtype=torch.float64), torch.tensor([1.0, 0.5, 0.1, 0.01])
+    v = v_old.clone().requires_grad_(True)
+    nft_loss(v, v_old, u, p, norm=nft_norm, sigma=sigma).loss.backward()
+    err = v_old - u
+    expected = 2 * (2 * p - 1).reshape(-1, 1, 1) * err / 15 / err.abs().mean((1, 2), keepdim=True) / 4
+    if nft_norm == "x0":
+        expected = expected * sigma.double().reshape(-1, 1, 1)
+    torch.testing.assert_close(v.grad, expected)
 
 
 def test_grpo_ratio_one_gradient():

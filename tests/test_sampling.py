@@ -10,13 +10,13 @@ from recast.informativeness import renyi_discriminability
 from recast.sampling import (
     PromptEmbeds,
     predict_velocity,
-    rollout_discriminability,
-    rollout_values,
     sample_ode,
     sample_sde,
     sde_step,
     sigma_schedule,
 )
+
+from recast.rollout import rollout_discriminability, rollout_values
 
 SHAPE = (3, 4, 4)
 
@@ -222,7 +222,7 @@ def test_rollout_discriminability_scores_several_rewards_on_shared_continuations
 
 def test_debiased_values_remove_monte_carlo_variance():
     """V_b ~ N(0.5, 0.01), rewards = V_b + N(0, 0.04) noise, M = 4: the raw means have variance 0.01 + 0.01."""
-    from recast.sampling import debiased_values
+    from recast.rollout import debiased_values
 
     g = torch.Generator().manual_seed(0)
     V = 0.5 + 0.1 * torch.randn(20000, generator=g)

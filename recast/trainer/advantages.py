@@ -17,6 +17,7 @@ __all__ = [
     "normalise_budgets",
     "group_stats",
     "reward_to_p",
+    "silenced_rewards",
     "group_advantages",
     "reward_sum",
     "step_signal",
@@ -35,12 +36,14 @@ class Advantages:
         p: optimality probabilities 0.5 + A / (2c), (K, B), in [0, 1].
         mean: the group mean each sample was centred with, (K, B).
         std: the std each sample was scaled with (before adding STD_EPS), (K, B).
+        silenced: (K,) bool, rewards whose batch std fell below the floor: their A is 0 and p is 0.5 (no signal).
     """
 
     A: torch.Tensor
     p: torch.Tensor
     mean: torch.Tensor
     std: torch.Tensor
+    silenced: torch.Tensor | None = None
 
 
 def normalise_budgets(lam, K: int) -> torch.Tensor:
@@ -105,7 +108,28 @@ def reward_to_p(R: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, adv_clip
     return A, 0.5 + A / (2 * c)
 
 
-def group_advantages(R: torch.Tensor, G: int, *, adv_clip_max: float = 5.0, std_scope: str = "global") -> Advantages:
+def silenced_rewards(R: torch.Tensor, std_floor: float, reward_range=1.0) -> torch.Tensor:
+    """Rewards with no signal in this batch: batch std < std_floor × range (RECAST.md §3).
+
+    Dividing such a reward by its tiny std would hand measurement-level noise a full share of p_j.
+
+    Args:
+        R: raw rewards (K, B).
+        std_floor: the floor as a fraction of the range, ≥ 0 (0 silences nothing).
+        reward_range: the rewards' range (max − min of their documented scale), a float or (K,); digit-world
+            rewards lie in [0, 1], so 1.
+
+    Returns:
+        (K,) bool.
+    """
+    if not std_floor >= 0:
+        raise ValueError(f"reward_std_floor must be >= 0, got {std_floor}")
+    rng = torch.as_tensor(reward_range, dtype=R.dtype, device=R.device).expand(R.shape[0])
+    return R.std(dim=1, unbiased=False) < std_floor * rng
+
+
+def group_advantages(R: torch.Tensor, G: int, *, adv_clip_max: float = 5.0, std_scope: str = "global",
+                     std_floor: float = 0.0, reward_range=1.0) -> Advantages:
     """Normalise each reward within its prompt group (RECAST.md §3).
 
     Args:
@@ -113,6 +137,9 @@ def group_advantages(R: torch.Tensor, G: int, *, adv_clip_max: float = 5.0, std_
         G: group size.
         adv_clip_max: c > 0, the clip of A and the scale of p.
         std_scope: "global" | "group".
+        std_floor: a reward whose batch std is below std_floor × reward_range gets A = 0, p = 0.5 (no signal);
+            0 (the default here) keeps every reward. The trainer passes `cfg.reward_std_floor` for every method.
+        reward_range: float or (K,), the rewards' range.
 
     Returns:
         `Advantages` with A (K, B) in [−c, c] and p (K, B) in [0, 1]; each group's A sums to 0 unless clipped.
@@ -124,7 +151,11 @@ def group_advantages(R: torch.Tensor, G: int, *, adv_clip_max: float = 5.0, std_
         raise ValueError(f"R must be (K, B), got shape {tuple(R.shape)}")
     mean, std = group_stats(R, G, std_scope)
     A, p = reward_to_p(R, mean, std, adv_clip_max)
-    return Advantages(A=A, p=p, mean=mean, std=std)
+    silenced = silenced_rewards(R, std_floor, reward_range) if std_floor > 0 else torch.zeros(
+        R.shape[0], dtype=torch.bool, device=R.device)
+    A = torch.where(silenced[:, None], torch.zeros_like(A), A)
+    p = torch.where(silenced[:, None], torch.full_like(p, 0.5), p)
+    return Advantages(A=A, p=p, mean=mean, std=std, silenced=silenced)
 
 
 def reward_sum(R: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:

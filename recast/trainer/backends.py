@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from recast.sampling import PromptEmbeds, predict_velocity, sde_step
+from recast.sampling import PromptEmbeds, predict_velocity, sde_transition
 from recast.trainer.advantages import step_signal
 from recast.trainer.losses import gaussian_mean_kl, grpo_loss, nft_loss
 
@@ -129,9 +129,8 @@ def nft_optimise(model, policy, ro: Rollouts, p: torch.Tensor, W: torch.Tensor, 
         with (accelerator.no_sync(model) if not sync else _null()), accelerator.autocast():
             v_theta = predict_velocity(model, x_sigma, sigma, emb).float()
             p_j = step_signal(W, p[:, idx.to(p.device)], torch.full((idx.numel(),), j, dtype=torch.long))
-            out = nft_loss(v_theta, v_old, u, p_j.to(x0.device), nft_beta=cfg.nft_beta,
-                           adaptive_sigma=torch.full((idx.numel(),), sigma, device=x0.device)
-                           if cfg.nft_adaptive_norm else None,
+            out = nft_loss(v_theta, v_old, u, p_j.to(x0.device), nft_beta=cfg.nft_beta, norm=cfg.nft_norm,
+                           sigma=torch.full((idx.numel(),), sigma, device=x0.device),
                            scale=scale, v_ref=v_ref, kl_beta=cfg.kl_beta)
             _check(out.loss, f"column {j}")
             accelerator.backward(out.loss * (idx.numel() / N))
@@ -147,7 +146,8 @@ def grpo_optimise(model, policy, ro: Rollouts, A: torch.Tensor, W: torch.Tensor,
                   generator: torch.Generator, accelerator, info_mask: torch.Tensor | None) -> OptOutput:
     """Flow-GRPO PPO-clip over stored SDE transitions; accumulates gradients.
 
-    The deterministic last step (into sigma = 0) has no likelihood and is never trained, as in Flow-GRPO.
+    The deterministic last step (into sigma = 0) has no likelihood and is never trained, as in Flow-GRPO (so W is
+    solved over the first T − 1 columns). Transitions are scored with the step that made them (`cfg.sde_type`).
     Informativeness proxies come free from the sampler's own x0_hats at every interior grid row.
 
     Args:
@@ -169,11 +169,13 @@ def grpo_optimise(model, policy, ro: Rollouts, A: torch.Tensor, W: torch.Tensor,
         sync = n == len(work) - 1
         with (accelerator.no_sync(model) if not sync else _null()), accelerator.autocast():
             v = predict_velocity(model, x, sigma, emb).float()
-            step = sde_step(x, v, sigma, sigma_next, cfg.noise_level, sigma_max=sigma_max, x_next=x_next)
+            step = sde_transition(cfg.sde_type, x, v, sigma, sigma_next, cfg.sde_noise_level, sigma_max=sigma_max,
+                                  x_next=x_next)
             if cfg.kl_beta > 0:
                 with torch.no_grad(), policy.use("ref") as tr:
                     v_ref = predict_velocity(tr, x, sigma, emb).float()
-                    ref = sde_step(x, v_ref, sigma, sigma_next, cfg.noise_level, sigma_max=sigma_max, x_next=x_next)
+                    ref = sde_transition(cfg.sde_type, x, v_ref, sigma, sigma_next, cfg.sde_noise_level,
+                                         sigma_max=sigma_max, x_next=x_next)
                 kl = gaussian_mean_kl(step.mean, ref.mean, step.std.expand(idx.numel()))
             A_j = step_signal(W, A[:, dev_idx], torch.full((idx.numel(),), j, dtype=torch.long))
             out = grpo_loss(step.log_prob, old_lp, A_j, clip_range=cfg.clip_range, kl=kl, kl_beta=cfg.kl_beta)

@@ -17,7 +17,7 @@ import torch
 
 from recast.config import TrainConfig
 from recast.distributed import process_plan
-from recast.informativeness import InformativenessTracker, tweedie_discriminability
+from recast.informativeness import InformativenessTracker
 from recast.io import append_jsonl, read_json, read_jsonl, remove_stale_temps, write_json
 from recast.sampling import sample_ode, sample_sde, sigma_schedule
 from recast.solver import static_weights
@@ -94,7 +94,10 @@ class Trainer:
         self.K, self.T = len(self.reward_names), cfg.num_steps
         self.sigmas = sigma_schedule(cfg.num_steps, cfg.shift)
         self.gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.acc.process_index)
-        self.tracker = InformativenessTracker(self.K, self.T, cfg.alpha, cfg.tracker_ema) \
+        trained = cfg.num_steps - 1 if (cfg.backend == "grpo" or cfg.skip_last_column) else cfg.num_steps
+        self.tracker = InformativenessTracker(self.K, self.T, cfg.alpha, cfg.tracker_ema, window=cfg.tracker_window,
+                                              min_pairs=cfg.tracker_min_pairs, bootstrap=cfg.tracker_bootstrap,
+                                              trained_columns=trained, seed=cfg.seed) \
             if cfg.method == "recast" else None
         if cfg.method == "fixed":
             self.W = validate_W(cfg.fixed_W, self.lam, self.T)
@@ -151,8 +154,8 @@ class Trainer:
                 if cfg.backend == "nft":
                     out = sample_ode(tr, embeds, self.sigmas, noise=noise, return_trajectory=False)
                 else:
-                    out = sample_sde(tr, embeds, self.sigmas, noise_level=cfg.noise_level, noise=noise,
-                                     generator=self.gen)
+                    out = sample_sde(tr, embeds, self.sigmas, noise_level=cfg.sde_noise_level, noise=noise,
+                                     generator=self.gen, sde_type=cfg.sde_type)
         return Rollouts(prompts, embeds, out.x0.float(), out.xs, out.x0_hats, out.log_probs)
 
     def score(self, x0: torch.Tensor, prompts: list[str]) -> torch.Tensor:
@@ -170,9 +173,10 @@ class Trainer:
             R = self.score(ro.x0, ro.prompts)
             R_all = self.acc.gather(R.T.contiguous()).T  # (K, B * processes), groups stay contiguous
             local = slice(self.acc.process_index * cfg.B, (self.acc.process_index + 1) * cfg.B)
-            adv = group_advantages(R_all, cfg.group_size, adv_clip_max=cfg.adv_clip_max, std_scope=cfg.std_scope)
+            norm = dict(adv_clip_max=cfg.adv_clip_max, std_scope=cfg.std_scope, std_floor=cfg.reward_std_floor)
+            adv = group_advantages(R_all, cfg.group_size, **norm)
             train_adv = adv if cfg.method != "reward_sum" else group_advantages(
-                reward_sum(R_all, self.lam), cfg.group_size, adv_clip_max=cfg.adv_clip_max, std_scope=cfg.std_scope)
+                reward_sum(R_all, self.lam), cfg.group_size, **norm)
         W_used = self.W
         info_mask = self._info_mask() if self.tracker is not None else None
         with timer("optimisation"):
@@ -189,14 +193,19 @@ class Trainer:
                     self.W = self.tracker.weights(self.lam, temperature=cfg.temperature, floor=cfg.floor,
                                                   uniform_mix=cfg.uniform_mix)
                     if self.main:
-                        append_jsonl(self.out / "weights.jsonl", {"iteration": i + 1, "D": self.D,
-                                                                  "gains": self.tracker.gains(), "W": self.W})
+                        append_jsonl(self.out / "weights.jsonl", {
+                            "iteration": i + 1, "D": self.D, "gains": self.tracker.gains(), "W": self.W,
+                            "noise_share": self.tracker.noise_share, "pairs": self.tracker.pairs_per_row(),
+                            "ready": self.tracker.ready()})
         self.policy.update_old(old_decay(i, cfg.old_decay_rate, cfg.old_decay_max))
         self.policy.update_ema(cfg.ema_decay)
         self.iteration = i + 1
         rec = {"iteration": i + 1, "reward/weighted": float(reward_sum(R_all, self.lam).mean())}
         for k, name in enumerate(self.reward_names):
             rec[f"reward/{name}/mean"], rec[f"reward/{name}/std"] = float(R_all[k].mean()), float(R_all[k].std())
+            rec[f"silenced/{name}"] = float(adv.silenced[k])  # 1: batch std below the floor, p = 0.5 this iteration
+        if cfg.method == "reward_sum":
+            rec["silenced/reward_sum"] = float(train_adv.silenced[0])
         rec.update({f"loss/{k}": v for k, v in out.parts.items()})
         rec["grad_norm"] = grad_norm
         rec["zero_std_frac"] = float((R_all.reshape(R_all.shape[0], -1, cfg.group_size).std(-1) == 0).float().mean())
@@ -210,8 +219,9 @@ class Trainer:
         return rec
 
     def _info_mask(self) -> torch.Tensor:
-        """Samples whose x0_hat is scored for informativeness: evenly spread, so no RNG is consumed."""
-        B, S = self.cfg.B, min(self.cfg.informativeness_subset, self.cfg.B)
+        """Samples whose x0_hat is scored for informativeness (all of them by default); evenly spread, no RNG used."""
+        cfg = self.cfg
+        B, S = cfg.B, min(cfg.informativeness_subset, cfg.B)
         mask = torch.zeros(B, dtype=torch.bool)
         mask[torch.linspace(0, B - 1, max(S, 1)).round().long()] = S > 0
         return mask
@@ -229,7 +239,7 @@ class Trainer:
         return norm
 
     def _informativeness(self, out, prompts, adv, local, info_mask) -> torch.Tensor | None:
-        """Score the old policy's x0_hat on the subset and fold the tweedie D (K, T+1) into the tracker."""
+        """Score the old policy's x0_hat, pool the (p_clean, proxy) pairs in the tracker, return its D (K, T+1)."""
         if out.proxy_x0 is None:
             return self.D
         subset = info_mask.nonzero()[:, 0]
@@ -239,13 +249,14 @@ class Trainer:
         mean, std = adv.mean[:, local].cpu(), adv.std[:, local].cpu()
         s = out.proxy_sample
         _, p_hat = reward_to_p(R_hat, mean[:, s], std[:, s], self.cfg.adv_clip_max)
+        p_hat[adv.silenced.cpu()] = 0.5  # a silenced reward has no signal on either side
         p_proxy = torch.full((self.K, self.T + 1, subset.numel()), float("nan"), dtype=torch.float64)
         p_proxy[:, out.proxy_row, pos[s]] = p_hat.double()
         p_clean = adv.p[:, local].cpu()[:, subset].double()
         if self.acc.num_processes > 1:
             p_clean = self.acc.gather(p_clean.T.contiguous().to(self.acc.device)).T.cpu()
             p_proxy = self.acc.gather(p_proxy.permute(2, 0, 1).contiguous().to(self.acc.device)).permute(1, 2, 0).cpu()
-        return self.tracker.update(tweedie_discriminability(p_clean, p_proxy, self.cfg.alpha))
+        return self.tracker.add(p_clean, p_proxy)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:

@@ -7,6 +7,11 @@ NFT (DiffusionNFT's forward-process loss) for N training examples at noise level
 with β = `nft_beta`. At v_θ = v_old the gradient w.r.t. v_θ is 2β(2p − 1)(v_old − u) / n_pixels per example
 (× c / β with DiffusionNFT's scaling): positive examples pull towards u, negative ones push away.
 
+Adaptive normalisation (`norm`, RECAST.md §4) divides each example's squared error by its own detached mean absolute
+error. In velocity space ("velocity", the default) every column then has the same scale in expectation, so a row sum
+of W is the reward's real share. DiffusionNFT's x0-space form ("x0") normalises σ(v − u) = x̂_0 − x_0 instead, which
+weights column j by σ_j (at T = 6: 1, .92, .82, .67, .43, .009): it is kept, named, for parity with the anchor.
+
 GRPO (Flow-GRPO): PPO-clip on the per-step likelihood ratio of stored SDE transitions.
 """
 
@@ -16,7 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["NFTLoss", "GRPOLoss", "nft_loss", "grpo_loss", "gaussian_mean_kl"]
+from recast.config import NFT_NORMS
+
+__all__ = ["NFT_NORMS", "NFTLoss", "GRPOLoss", "nft_loss", "grpo_loss", "gaussian_mean_kl"]
 
 NORM_MIN = 1e-5  # floor of DiffusionNFT's adaptive-normalisation factor
 
@@ -67,17 +74,17 @@ def _bcast(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, *([1] * (like.ndim - 1)))
 
 
-def _sq_error(v: torch.Tensor, u: torch.Tensor, sigma: torch.Tensor | None) -> torch.Tensor:
-    """Per-example mean squared error; with sigma, DiffusionNFT's x0-space adaptive normalisation.
+def _sq_error(v: torch.Tensor, u: torch.Tensor, norm: str, sigma: torch.Tensor | None) -> torch.Tensor:
+    """Per-example mean squared error, adaptively normalised by its own detached mean absolute error.
 
-    x0_hat − x0 = σ (u − v), so the x0-space error is σ times the velocity error; it is divided by its own detached
-    mean absolute value (≥ NORM_MIN).
+    "velocity": ‖v − u‖² / mean|v − u|; "x0": DiffusionNFT's ‖σ(v − u)‖² / mean|σ(v − u)| = σ · (the velocity form),
+    since x0_hat − x0 = σ (u − v); "none": the plain mean squared error.
     """
-    if sigma is None:
+    if norm == "none":
         return _pixel_mean((v - u) ** 2)
-    err = _bcast(sigma, v).to(v.dtype) * (v - u)
-    norm = _pixel_mean(err.abs()).detach().clamp_min(NORM_MIN)
-    return _pixel_mean(err**2) / norm
+    err = v - u if norm == "velocity" else _bcast(sigma, v).to(v.dtype) * (v - u)
+    scale = _pixel_mean(err.abs()).detach().clamp_min(NORM_MIN)
+    return _pixel_mean(err**2) / scale
 
 
 def nft_loss(
@@ -87,7 +94,8 @@ def nft_loss(
     p: torch.Tensor,
     *,
     nft_beta: float = 1.0,
-    adaptive_sigma: torch.Tensor | None = None,
+    norm: str = "none",
+    sigma: torch.Tensor | None = None,
     scale: float = 1.0,
     v_ref: torch.Tensor | None = None,
     kl_beta: float = 0.0,
@@ -100,7 +108,9 @@ def nft_loss(
         u: target velocity eps − x0, (N, ...).
         p: per-example signal p_j in [0, 1], (N,).
         nft_beta: β > 0, the NFT strength.
-        adaptive_sigma: (N,) noise levels; when given, use the x0-space adaptive normalisation.
+        norm: adaptive normalisation, one of NFT_NORMS: "velocity" (every column weighs the same), "x0"
+            (DiffusionNFT's form, column j weighted by σ_j) or "none".
+        sigma: (N,) noise levels of the examples; needed by norm="x0".
         scale: multiplies the policy loss (DiffusionNFT uses adv_clip_max / nft_beta).
         v_ref: frozen-reference velocity (N, ...) for the KL term, or None.
         kl_beta: weight of the KL term.
@@ -110,11 +120,15 @@ def nft_loss(
     """
     if not nft_beta > 0:
         raise ValueError(f"nft_beta must be > 0, got {nft_beta}")
+    if norm not in NFT_NORMS:
+        raise ValueError(f"nft_norm must be one of {NFT_NORMS}, got {norm!r}")
+    if norm == "x0" and sigma is None:
+        raise ValueError("nft_norm='x0' needs the examples' sigma (N,)")
     v_old = v_old.detach()
     v_pos = (1.0 - nft_beta) * v_old + nft_beta * v_theta
     v_neg = (1.0 + nft_beta) * v_old - nft_beta * v_theta
     p = p.to(v_theta.dtype)
-    per = p * _sq_error(v_pos, u, adaptive_sigma) + (1.0 - p) * _sq_error(v_neg, u, adaptive_sigma)
+    per = p * _sq_error(v_pos, u, norm, sigma) + (1.0 - p) * _sq_error(v_neg, u, norm, sigma)
     per = scale * per
     policy = per.mean()
     kl = _pixel_mean((v_theta - v_ref.detach()) ** 2).mean() if v_ref is not None else policy.new_zeros(())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from recast.config import BACKENDS, METHODS, STD_SCOPES, TrainConfig, check_field_types, resolve_rewards
+from recast.config import BACKENDS, METHODS, NFT_NORMS, SDE_TYPES, STD_SCOPES, TrainConfig, check_field_types, resolve_rewards
 from recast.io import check_safetensors, read_json
 from recast.solver import min_temperature
 from recast.trainer.advantages import normalise_budgets, validate_W
@@ -54,7 +54,11 @@ def _ranges(cfg: TrainConfig) -> list[tuple[str, bool]]:
             ("0 <= seed < 2**32", 0 <= cfg.seed < SEED_LIMIT), ("num_threads >= 0", cfg.num_threads >= 0),
             ("eval_prompts >= 1 (the final evaluation needs test prompts)", cfg.eval_prompts >= 1),
             ("eval_group >= 1", cfg.eval_group >= 1), ("eval_every >= 0", cfg.eval_every >= 0),
-            ("checkpoint_every >= 0", cfg.checkpoint_every >= 0), ("grid_every >= 0", cfg.grid_every >= 0)]
+            ("checkpoint_every >= 0", cfg.checkpoint_every >= 0), ("grid_every >= 0", cfg.grid_every >= 0),
+            ("reward_std_floor >= 0", cfg.reward_std_floor >= 0), ("0 < cps_noise_level <= 1",
+            0 < cfg.cps_noise_level <= 1), ("tracker_window >= 1", cfg.tracker_window >= 1),
+            ("tracker_min_pairs >= 0", cfg.tracker_min_pairs >= 0), ("tracker_bootstrap >= 0",
+            cfg.tracker_bootstrap >= 0)]
 
 
 def _check_device(device: str) -> None:
@@ -84,6 +88,8 @@ def validate_config(cfg: TrainConfig) -> tuple[tuple[str, ...], torch.Tensor]:
     _need(cfg.method in METHODS, f"unknown method {cfg.method!r}; choose one of {METHODS}")
     _need(cfg.backend in BACKENDS, f"unknown backend {cfg.backend!r}; choose one of {BACKENDS}")
     _need(cfg.std_scope in STD_SCOPES, f"unknown std_scope {cfg.std_scope!r}; choose one of {STD_SCOPES}")
+    _need(cfg.nft_norm in NFT_NORMS, f"unknown nft_norm {cfg.nft_norm!r}; choose one of {NFT_NORMS}")
+    _need(cfg.sde_type in SDE_TYPES, f"unknown sde_type {cfg.sde_type!r}; choose one of {SDE_TYPES}")
     _need(cfg.mixed_precision in MIXED_PRECISION,
           f"unknown mixed_precision {cfg.mixed_precision!r}; choose one of {MIXED_PRECISION}")
     for name, ok in _ranges(cfg):

@@ -8,8 +8,7 @@ level σ, its density ratio to π_σ is ρ = V_{k,σ} / E[p_k] with V_{k,σ}(x) 
 D_k(1) = 0, D_k(0) = D_α(π_k⁺ ‖ π), and D_k is non-increasing in σ. Along the sampler grid σ_0 = 1 > … > σ_T = 0
 (columns in sampling order) D is therefore non-decreasing, and the gain of step j is g[k, j] = D(σ_{j+1}) − D(σ_j).
 
-This module holds the pure estimators (each returns D over the grid) and a small stateful tracker that smooths D
-across training iterations and turns it into W through `recast.solver.solve_weights`.
+This module holds the pure estimators; each returns D over the grid.
 """
 
 from __future__ import annotations
@@ -18,15 +17,15 @@ import math
 
 import numpy as np
 import torch
-from recast.solver import solve_weights
 
 __all__ = [
     "renyi_discriminability",
+    "renyi_rows",
     "pav_nondecreasing",
     "telescoping_gains",
+    "loo_calibrated_values",
     "tweedie_discriminability",
     "posterior_discriminability",
-    "InformativenessTracker",
 ]
 
 
@@ -96,13 +95,25 @@ def pav_nondecreasing(D) -> torch.Tensor:
         raise ValueError(f"D must be (T+1,) or (K, T+1) with T+1 >= 1, got shape {arr.shape}")
     if not np.isfinite(arr).all():
         raise ValueError("D contains NaN or inf")
-    from sklearn.isotonic import isotonic_regression  # imported here: sklearn costs seconds at `import recast`
-
     rows = arr.reshape(-1, arr.shape[-1])
-    fit = np.empty_like(rows)
-    for k, row in enumerate(rows):
-        fit[k] = row if np.all(np.diff(row) >= 0) else isotonic_regression(row, increasing=True)
+    fit = rows.copy()
+    for k in np.flatnonzero((np.diff(rows, axis=1) < 0).any(axis=1)):
+        fit[k] = _pav_row(rows[k])
     return torch.from_numpy(fit.reshape(arr.shape))
+
+
+def _pav_row(y: np.ndarray) -> np.ndarray:
+    """Pool-adjacent-violators on one row: merge neighbouring blocks while their means decrease (O(n))."""
+    means, sizes = [], []
+    for v in y.tolist():
+        means.append(v)
+        sizes.append(1)
+        while len(means) > 1 and means[-2] > means[-1]:
+            m2, n2 = means.pop(), sizes.pop()
+            m1, n1 = means.pop(), sizes.pop()
+            means.append((m1 * n1 + m2 * n2) / (n1 + n2))
+            sizes.append(n1 + n2)
+    return np.repeat(means, sizes)
 
 
 def telescoping_gains(D) -> torch.Tensor:
@@ -122,14 +133,63 @@ def telescoping_gains(D) -> torch.Tensor:
     return torch.diff(fit, dim=-1).clamp_min(0.0)
 
 
-def _calibrated_values(p_clean: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Least-squares calibration V̂ = a + b f of p_clean on the proxy f, clipped at ≥ 0."""
-    f_c = f - f.mean()
-    var_f = float(f_c @ f_c)
-    if var_f <= 1e-24 * max(1.0, float(f @ f)):
-        return np.full_like(p_clean, p_clean.mean())
-    slope = float(f_c @ (p_clean - p_clean.mean())) / var_f
-    return np.clip(p_clean.mean() + slope * f_c, 0.0, None)
+def renyi_rows(values: np.ndarray, alpha: float = 2.0) -> np.ndarray:
+    """`renyi_discriminability` of every row of values (R, n) at once (no input checks; for bootstraps).
+
+    Rows whose mean is 0 give 0 (no signal), like a constant row.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    mean = v.mean(axis=-1, keepdims=True)
+    safe = np.where(mean > 0, mean, 1.0)
+    rho = v / safe
+    if alpha == 1.0:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            D = np.where(rho > 0, rho * np.log(np.where(rho > 0, rho, 1.0)), 0.0).mean(axis=-1)
+    else:
+        with np.errstate(divide="ignore"):
+            log_rho = np.log(rho)
+        terms = alpha * log_rho
+        top = np.max(terms, axis=-1, keepdims=True)
+        top = np.where(np.isfinite(top), top, 0.0)
+        log_moment = top[..., 0] + np.log(np.exp(terms - top).mean(axis=-1))
+        D = log_moment / (alpha - 1.0)
+    return np.where(mean[..., 0] > 0, np.maximum(D, 0.0), 0.0)
+
+
+def loo_calibrated_values(p_clean: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Least-squares calibration of p_clean on the proxy f, with its variance set by leave-one-out (RECAST.md §5).
+
+    In-sample least squares over-estimates R² by about (1 − R²)/(n − 1), which at small n swamps the signal. The
+    leave-one-out R² (1 − PRESS / SST, PRESS from the hat matrix in closed form) is not inflated, so the in-sample
+    fitted values are shrunk towards the mean until their variance is R²_loo · Var(p_clean), then clipped at ≥ 0.
+
+    Args:
+        p_clean: (..., n) targets; f: (..., n) proxies (leading dims are independent problems, e.g. bootstraps).
+
+    Returns:
+        calibrated values V̂ (..., n) ≥ 0. Exactly p_clean when f is an affine function of it; the constant mean
+        when f is constant, n < 3, or the leave-one-out R² is ≤ 0.
+    """
+    y = np.asarray(p_clean, dtype=np.float64)
+    f = np.asarray(f, dtype=np.float64)
+    n = y.shape[-1]
+    y_bar = y.mean(-1, keepdims=True)
+    yc, fc = y - y_bar, f - f.mean(-1, keepdims=True)
+    sff = (fc * fc).sum(-1, keepdims=True)
+    syy = (yc * yc).sum(-1, keepdims=True)
+    ok = (sff > 1e-24 * np.maximum(1.0, (f * f).sum(-1, keepdims=True))) & (syy > 0) & (n >= 3)
+    sff_safe = np.where(ok, sff, 1.0)
+    slope = (fc * yc).sum(-1, keepdims=True) / sff_safe
+    fitted = slope * fc
+    resid = yc - fitted
+    h = 1.0 / n + fc * fc / sff_safe  # leverage of each point in a line fit with intercept
+    press = ((resid / np.maximum(1.0 - h, 1e-12)) ** 2).sum(-1, keepdims=True)
+    syy_safe = np.where(syy > 0, syy, 1.0)
+    r2_in = (fitted * fitted).sum(-1, keepdims=True) / syy_safe
+    r2_loo = np.clip(1.0 - press / syy_safe, 0.0, None)
+    shrink = np.sqrt(np.clip(r2_loo / np.where(r2_in > 0, r2_in, 1.0), 0.0, 1.0))
+    shrink = np.where(ok & (r2_in > 0), shrink, 0.0)
+    return np.clip(y_bar + shrink * fitted, 0.0, None)
 
 
 def _fill_missing(D: np.ndarray) -> np.ndarray:
@@ -144,21 +204,22 @@ def _fill_missing(D: np.ndarray) -> np.ndarray:
 def tweedie_discriminability(p_clean, p_proxy, alpha: float = 2.0) -> torch.Tensor:
     """The `tweedie` estimator of D over the grid, from one-step predictions (RECAST.md §5, estimator 1).
 
-    At each interior grid point j the predictor f = p_k(x̂_0(x_{σ_j})) is calibrated by least squares of the clean
-    p_k(x_0) on f over the batch, clipped at ≥ 0, and D_j is the Rényi discriminability of the calibrated values.
-    Any function of x_σ under-estimates Var V, so D_j is a lower bound that becomes exact as σ → 0. With α = 2 and a
-    predictor of correlation R with p, D_j = log(1 + R² · CV(p)²).
+    At each interior grid point j the predictor f = p_k(x0_hat(x_{σ_j})) is calibrated against the clean p_k(x_0) out
+    of sample (`loo_calibrated_values`), and D_j is the Rényi discriminability of the calibrated values. At σ_T = 0
+    the same estimator runs with f = p_clean (x0_hat = x_0 there), which gives the clean value. Any function of x_σ
+    under-estimates Var V, so D_j is a lower bound that becomes exact as σ → 0. With α = 2 and a predictor of
+    correlation R with p, D_j ≈ log(1 + R² · CV(p)²), without the in-sample (1 − R²)/(n − 1) inflation.
 
     Args:
         p_clean: p_k(x_0) for N samples, shape (N,), or (K, N) for K rewards at once.
         p_proxy: p_k(x̂_0) at each grid point for the same samples, shape (T+1, N) (or (K, T+1, N)). Rows 0 (σ = 1)
             and T (σ = 0) are not used and may be NaN. NaN entries inside a row are left out of its calibration;
-            a row that is all NaN (a column not evaluated) is filled by linear interpolation of D.
+            a row with fewer than 3 pairs (a column not evaluated) is filled by linear interpolation of D.
         alpha: Rényi order α > 0.
 
     Returns:
         D, float64 tensor (T+1,) (or (K, T+1)): D[0] = 0, D[T] = the clean-sample value. Not yet projected onto
-        monotone sequences (the tracker does that, after pooling iterations).
+        monotone sequences (the tracker does that).
     """
     pc = _as_numpy(p_clean, "p_clean")
     pp = _as_numpy(p_proxy, "p_proxy")
@@ -172,14 +233,16 @@ def tweedie_discriminability(p_clean, p_proxy, alpha: float = 2.0) -> torch.Tens
         raise ValueError(f"p_proxy needs T+1 >= 2 grid rows, got {pp.shape[0]}")
     if not np.isfinite(pc).all():
         raise ValueError("p_clean contains NaN or inf")
+    if not (alpha > 0) or not math.isfinite(alpha):
+        raise ValueError(f"alpha must be finite and > 0, got {alpha}")
     T = pp.shape[0] - 1
     D = np.full(T + 1, np.nan)
     D[0] = 0.0
-    D[T] = renyi_discriminability(pc, alpha)
+    D[T] = renyi_rows(loo_calibrated_values(pc, pc), alpha)
     for j in range(1, T):
         ok = np.isfinite(pp[j])
-        if ok.sum() >= 2:
-            D[j] = renyi_discriminability(_calibrated_values(pc[ok], pp[j, ok]), alpha)
+        if ok.sum() >= 3:
+            D[j] = renyi_rows(loo_calibrated_values(pc[ok], pp[j, ok]), alpha)
     return torch.from_numpy(_fill_missing(D))
 
 
@@ -222,65 +285,3 @@ def posterior_discriminability(x0, p, sigmas, alpha: float = 2.0, generator: tor
         weights = torch.softmax(logits.masked_fill(eye, -math.inf), dim=1)
         D[j] = renyi_discriminability(weights @ pv, alpha)
     return D
-
-
-class InformativenessTracker:
-    """Smooths per-reward D across training iterations and turns it into W (RECAST.md §5 post-processing, §6).
-
-    Each `update` projects every row onto non-decreasing sequences (pool-adjacent-violators) and folds it into an
-    exponential moving average; `weights` solves for W from the telescoping gains of the smoothed D. Before the first
-    update the gains are zero, so W is the static λ/T.
-
-    Args:
-        K: number of rewards.
-        T: number of denoising steps (D has T+1 grid points).
-        alpha: Rényi order used by whoever feeds the tracker (kept for provenance in the state).
-        ema: weight of the past in the moving average, in [0, 1); 0 keeps only the latest estimate.
-    """
-
-    def __init__(self, K: int, T: int, alpha: float = 2.0, ema: float = 0.9):
-        if K < 1 or T < 1:
-            raise ValueError(f"need K >= 1 rewards and T >= 1 steps, got K={K}, T={T}")
-        if not (0.0 <= ema < 1.0):
-            raise ValueError(f"ema must be in [0, 1), got {ema}")
-        self.K, self.T, self.alpha, self.ema = int(K), int(T), float(alpha), float(ema)
-        self.D: torch.Tensor | None = None
-        self.num_updates = 0
-
-    def update(self, D) -> torch.Tensor:
-        """Fold a new estimate D (K, T+1) into the average; NaN entries keep the previous value. Returns the average."""
-        new = torch.as_tensor(D, dtype=torch.float64).clone()
-        if new.shape != (self.K, self.T + 1):
-            raise ValueError(f"D must have shape {(self.K, self.T + 1)}, got {tuple(new.shape)}")
-        missing = ~torch.isfinite(new)
-        if self.D is not None:
-            new[missing] = self.D[missing]
-        elif missing.any():
-            raise ValueError("the first D given to the tracker must be finite everywhere")
-        new = pav_nondecreasing(new)
-        self.D = new if self.D is None else self.ema * self.D + (1.0 - self.ema) * new
-        self.num_updates += 1
-        return self.D.clone()
-
-    def gains(self) -> torch.Tensor:
-        """Telescoping gains (K, T) of the smoothed D (zeros before the first update)."""
-        if self.D is None:
-            return torch.zeros(self.K, self.T, dtype=torch.float64)
-        return telescoping_gains(self.D)
-
-    def weights(self, lam, temperature: float = 1.0, floor: float = 1e-6, uniform_mix: float = 0.0) -> torch.Tensor:
-        """W (K, T) from the current gains through `solve_weights`, with rows λ and equal columns."""
-        return solve_weights(self.gains(), lam, temperature=temperature, floor=floor, uniform_mix=uniform_mix)
-
-    def state_dict(self) -> dict:
-        """Everything needed to continue exactly: shapes, settings, the average and the update count."""
-        return {"K": self.K, "T": self.T, "alpha": self.alpha, "ema": self.ema,
-                "D": None if self.D is None else self.D.clone(), "num_updates": self.num_updates}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore from `state_dict`; raises ValueError if the shapes differ from this tracker's."""
-        if (state["K"], state["T"]) != (self.K, self.T):
-            raise ValueError(f"tracker state is for K={state['K']}, T={state['T']}, this tracker is K={self.K}, T={self.T}")
-        self.alpha, self.ema = float(state["alpha"]), float(state["ema"])
-        self.D = None if state["D"] is None else torch.as_tensor(state["D"], dtype=torch.float64).clone()
-        self.num_updates = int(state["num_updates"])

@@ -1,0 +1,276 @@
+"""When is each reward informative? D_k(σ) of a world's rewards from `tweedie` and the `rollout` ground truth.
+
+Both estimators see the same clean samples x_0, drawn from the model by the ancestral sampler on the fine sub-grid
+(the distribution the ground truth's continuations sample, so both sides of it are one joint distribution), and
+the same p_k: the trainer's normalisation with the mean and std of the clean batch, near-constant rewards silenced
+to p = 0.5 (RECAST.md §3).
+
+- `tweedie`: f_j = p_k(x̂_0(x_{σ_j})) from one forward pass per grid point, calibrated leave-one-out
+  (`recast.informativeness.tweedie_discriminability`); a lower bound on D, exact as σ → 0.
+- `rollout`: V = mean of p_k over M ancestral continuations of x_{σ_j} (`recast.rollout.rollout_estimate`).
+
+Bands are bootstrap percentiles over the samples. W comes from the gains as the trainer gets it: each profile is
+shrunk towards the common one by its bootstrap noise share (`recast.informativeness.profile_noise_share`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from recast.informativeness import profile_noise_share, telescoping_gains, tweedie_discriminability
+from recast.rollout import fine_grid, reward_agreement, rollout_estimate, sample_ancestral
+from recast.sampling import predict_velocity, sample_ode, sigma_schedule
+from recast.solver import solve_weights
+from recast.trainer.advantages import STD_EPS
+
+__all__ = ["Profile", "spearman", "stack_rewards", "p_map", "tweedie_estimate", "estimate_profiles"]
+
+ESTIMATORS = ("tweedie", "rollout")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """D_k(σ) of K rewards from one estimator, with its band, gains and the W they give.
+
+    Attributes:
+        estimator: "tweedie" | "rollout".
+        reward_names: the K rewards, row order.
+        sigmas: (T + 1,) grid, σ_0 = 1 … σ_T = 0.
+        D: (K, T + 1) float64 (not projected); D_lo, D_hi: its 5-95 % bootstrap band.
+        gains: (K, T) telescoping gains of D.
+        noise_share: (K,) bootstrap noise share of each reward's step profile (1 = indistinguishable from noise).
+        W: (K, T) the weights these gains give (rows λ, equal columns).
+        lam: (K,) budgets, normalised.
+        silenced: (K,) bool, rewards whose batch std fell below the floor (p = 0.5, D = 0).
+        checks: consistency checks (rollout only; see `estimate_profiles`).
+        D_boot: (R, K, T + 1) bootstrap replicates of D, or None.
+    """
+
+    estimator: str
+    reward_names: tuple[str, ...]
+    sigmas: torch.Tensor
+    D: torch.Tensor
+    D_lo: torch.Tensor
+    D_hi: torch.Tensor
+    gains: torch.Tensor
+    noise_share: torch.Tensor
+    W: torch.Tensor
+    lam: torch.Tensor
+    silenced: torch.Tensor
+    checks: dict = field(default_factory=dict)
+    D_boot: torch.Tensor | None = None
+
+    def rank_stability(self) -> torch.Tensor:
+        """(K,) median Spearman of bootstrap replicates' gains with the point estimate's: the rank agreement the
+        sampling noise alone allows (NaN without a bootstrap or for a reward without gain)."""
+        if self.D_boot is None:
+            return torch.full((len(self.reward_names),), float("nan"), dtype=torch.float64)
+        R, K, T1 = self.D_boot.shape
+        g_boot = telescoping_gains(self.D_boot.reshape(R * K, T1)).reshape(R, K, T1 - 1)
+        rho = [[spearman(g_boot[r, k], self.gains[k]) for r in range(R)] for k in range(K)]
+        return torch.tensor([float(np.nanmedian(r)) if np.isfinite(r).any() else float("nan") for r in rho],
+                            dtype=torch.float64)
+
+    def subset(self, names: Sequence[str], lam: Sequence[float] = (), temperature: float = 1.0) -> Profile:
+        """The profile of some of the rewards, with W re-solved among them (budgets `lam`, default equal)."""
+        rows = [self.reward_names.index(n) for n in names]
+        lam_t = torch.as_tensor(lam, dtype=torch.float64) if lam else torch.ones(len(rows), dtype=torch.float64)
+        boot = None if self.D_boot is None else self.D_boot[:, rows]
+        checks = {k: [v[r] for r in rows] for k, v in self.checks.items()}
+        return _profile(self.estimator, names, self.sigmas, self.D[rows], boot, lam_t / lam_t.sum(),
+                        self.silenced[rows], temperature, checks)
+
+    def to_json(self) -> dict:
+        """The profile as plain JSON-ready data (what `python -m recast profile` writes)."""
+        return {"estimator": self.estimator, "reward_names": list(self.reward_names), "sigmas": self.sigmas.tolist(),
+                "D": self.D.tolist(), "D_lo": self.D_lo.tolist(), "D_hi": self.D_hi.tolist(),
+                "gains": self.gains.tolist(), "noise_share": self.noise_share.tolist(), "W": self.W.tolist(),
+                "lam": self.lam.tolist(), "silenced": self.silenced.tolist(), "checks": self.checks}
+
+
+def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Spearman rank correlation of two 1-D tensors (average ranks for ties); NaN if either is constant."""
+    from scipy.stats import rankdata
+
+    ra, rb = (torch.as_tensor(rankdata(x.double().cpu().numpy())) for x in (a, b))
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    denom = ra.norm() * rb.norm()
+    return float((ra @ rb) / denom) if denom > 0 else float("nan")
+
+
+def stack_rewards(rewards: Sequence) -> callable:
+    """Combine K reward functions into one returning (N, K), so rollouts are shared across rewards."""
+
+    def reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        return torch.stack([r(images, prompts).float() for r in rewards], dim=-1)
+
+    return reward
+
+
+def p_map(R_clean: torch.Tensor, adv_clip_max: float = 5.0, std_floor: float = 1e-2, reward_range: float = 1.0):
+    """The trainer's reward → p map, frozen at the clean batch's mean and std (one group, global std).
+
+    Returns:
+        (to_p: raw rewards (..., K) -> p (..., K), silenced (K,) bool).
+    """
+    mean, std = R_clean.mean(0), R_clean.std(0, unbiased=False)
+    silenced = std < std_floor * reward_range
+    c = float(adv_clip_max)
+
+    def to_p(R: torch.Tensor) -> torch.Tensor:
+        A = ((R - mean) / (std + STD_EPS)).clamp(-c, c)
+        return torch.where(silenced, torch.full_like(A, 0.5), 0.5 + A / (2 * c))
+
+    return to_p, silenced
+
+
+@torch.no_grad()
+def tweedie_estimate(world, embeds, prompts, x0, sigmas, reward, to_p, *, alpha=2.0, bootstrap=200,
+                     generator=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The tweedie D (K, T + 1) on clean samples x0 with every sample's proxy at every interior grid point, and its
+    bootstrap replicates (R, K, T + 1) over samples."""
+    T = len(sigmas) - 1
+    p_clean = to_p(reward(world.decode(x0), list(prompts))).double().cpu()  # (N, K)
+    N, K = p_clean.shape
+    p_proxy = torch.full((T + 1, N, K), float("nan"), dtype=torch.float64)
+    for j in range(1, T):
+        sigma = float(sigmas[j])
+        eps = torch.randn(x0.shape, generator=generator, dtype=x0.dtype).to(x0.device)
+        x_sigma = (1 - sigma) * x0 + sigma * eps
+        x0_hat = x_sigma - sigma * predict_velocity(world.transformer, x_sigma, sigma, embeds)
+        p_proxy[j] = to_p(reward(world.decode(x0_hat), list(prompts))).double().cpu()
+    pc, pp = p_clean.T.numpy(), p_proxy.permute(2, 0, 1).numpy()  # (K, N), (K, T+1, N)
+    D = tweedie_discriminability(pc, pp, alpha)
+    if bootstrap <= 0:
+        return D, None
+    rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
+    boots = [tweedie_discriminability(pc[:, idx], pp[:, :, idx], alpha)
+             for idx in rng.integers(0, N, size=(bootstrap, N))]
+    return D, torch.stack(boots)
+
+
+def _profile(name, reward_names, sigmas, D, D_boot, lam, silenced, temperature, checks) -> Profile:
+    """Gains, noise share, W and band of one estimate."""
+    gains = telescoping_gains(D)
+    if D_boot is not None:
+        R, K, T1 = D_boot.shape
+        g_boot = telescoping_gains(D_boot.reshape(R * K, T1)).reshape(R, K, T1 - 1)
+        shrunk, share = profile_noise_share(gains, g_boot)
+        lo, hi = torch.quantile(D_boot, torch.tensor([0.05, 0.95], dtype=torch.float64), dim=0)
+    else:
+        shrunk, share, lo, hi = gains, torch.zeros(len(reward_names), dtype=torch.float64), D, D
+    W = solve_weights(shrunk, lam, temperature=temperature)
+    return Profile(name, tuple(reward_names), sigmas, D, lo, hi, gains, share, W, lam, silenced, checks, D_boot)
+
+
+@torch.no_grad()
+def estimate_profiles(world, reward_names: Sequence[str], prompts: Sequence[str], *,
+                      estimators: Sequence[str] = ESTIMATORS, lam: Sequence[float] = (), num_steps: int = 6,
+                      shift: float = 3.0, num_rollouts: int = 8, substeps: int = 4, alpha: float = 2.0,
+                      temperature: float = 1.0, adv_clip_max: float = 5.0, std_floor: float = 1e-2,
+                      bootstrap: int = 200, seed: int = 0) -> dict[str, Profile]:
+    """D_k(σ), bands, gains and W of each reward from each named estimator, on one shared batch of model samples.
+
+    Args:
+        world: the model whose samples and reverse process define π and V.
+        reward_names: names of the world's rewards (`World.reward`) (K of them).
+        prompts: N prompts, one sample each.
+        estimators: any of "tweedie", "rollout".
+        lam: budgets (K,), default equal (normalised to sum 1).
+        num_steps, shift: the grid (`sigma_schedule`): the columns of W.
+        num_rollouts, substeps: M continuations per state; ancestral steps per grid step (also for drawing x_0).
+        alpha, temperature: Rényi order; solver temperature τ.
+        adv_clip_max, std_floor: the trainer's p map (RECAST.md §3).
+        bootstrap: replicates for the bands and the noise share.
+        seed: seeds the samples, the forward noise, the continuations and the bootstrap.
+
+    Returns:
+        {estimator: Profile}. The rollout profile's `checks` hold the consistency checks: `dp_z` (K,), the largest
+        (D(σ_j) − D(σ_T)) / bootstrap s.d. (the data-processing bound holds when ≤ 2), `ends_z` (K,), the z-score
+        of the continuation ends' mean p against the clean samples' (continuations reproduce π), and `ode_z` (K,),
+        the clean samples' raw rewards against the T-step ODE's (how far the training sampler's distribution is).
+    """
+    bad = [e for e in estimators if e not in ESTIMATORS]
+    if bad or not estimators:
+        raise ValueError(f"unknown estimator(s) {bad}; choose from {ESTIMATORS}")
+    prompts, K = list(prompts), len(reward_names)
+    if len(prompts) < 4:
+        raise ValueError(f"need at least 4 prompts (one sample each), got {len(prompts)}")
+    lam_t = torch.full((K,), 1.0 / K, dtype=torch.float64) if not lam else torch.as_tensor(lam, dtype=torch.float64)
+    if lam_t.shape != (K,) or (lam_t < 0).any() or lam_t.sum() <= 0:
+        raise ValueError(f"lam must be {K} budgets >= 0 with a positive sum, got {list(lam)}")
+    lam_t = lam_t / lam_t.sum()
+    device = next(world.transformer.parameters()).device
+    reward = stack_rewards([world.reward(n, device) for n in reward_names])
+    gen = torch.Generator().manual_seed(seed)
+    sigmas = sigma_schedule(num_steps, shift)
+    embeds = world.encode_prompts(prompts)
+    noise = torch.randn((len(prompts), *world.sample_shape), generator=gen).to(device)
+    x0 = sample_ancestral(world.transformer, embeds, noise, fine_grid(sigmas, 0, substeps), gen)
+    R_clean = reward(world.decode(x0), prompts).double().cpu()
+    to_p, silenced = p_map(R_clean, adv_clip_max, std_floor)
+    out = {}
+    if "tweedie" in estimators:
+        D, D_boot = tweedie_estimate(world, embeds, prompts, x0, sigmas, reward, to_p, alpha=alpha,
+                                     bootstrap=bootstrap, generator=gen)
+        out["tweedie"] = _profile("tweedie", reward_names, sigmas, D, D_boot, lam_t, silenced, temperature, {})
+    if "rollout" in estimators:
+        est = rollout_estimate(world.transformer, embeds, x0, sigmas, reward, prompts, world.decode,
+                               num_rollouts=num_rollouts, substeps=substeps, to_p=lambda r: to_p(r.double().cpu()),
+                               alpha=alpha, bootstrap=bootstrap, generator=gen)
+        diff = est.D - est.D[:, -1:]
+        if est.D_boot is not None:
+            sd = (est.D_boot - est.D_boot[:, :, -1:]).std(0).clamp_min(1e-12)
+            dp_z = (diff[:, 1:-1] / sd[:, 1:-1]).amax(1) if num_steps > 1 else torch.zeros(K)
+        else:
+            dp_z = torch.full((K,), float("nan"))
+        ode = sample_ode(world.transformer, embeds, sigmas, noise=noise, return_trajectory=False).x0
+        checks = {"dp_z": dp_z.tolist(),
+                  "ends_z": reward_agreement(est.p_ends.reshape(-1, K), est.p_clean).tolist(),
+                  "ode_z": reward_agreement(R_clean, reward(world.decode(ode), prompts).double().cpu()).tolist()}
+        out["rollout"] = _profile("rollout", reward_names, sigmas, est.D, est.D_boot, lam_t, silenced, temperature,
+                                  checks)
+    return out
+
+
+def plot_profiles(profiles: dict[str, Profile], axes=None, ncols: int = 4):
+    """Small multiples: D_k(σ) over the grid for each reward, one line and 5-95 % band per estimator.
+
+    Args:
+        profiles: {estimator: Profile} over the same rewards and grid.
+        axes: a flat sequence of at least K axes, or None for a new figure.
+        ncols: columns of the new figure.
+
+    Returns:
+        The axes used.
+    """
+    import matplotlib.pyplot as plt
+
+    first = next(iter(profiles.values()))
+    K = len(first.reward_names)
+    if axes is None:
+        nrows = -(-K // ncols)
+        _, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.6 * nrows), constrained_layout=True, squeeze=False)
+        axes = axes.ravel()
+    x = np.arange(len(first.sigmas))
+    colours = {"tweedie": "tab:blue", "rollout": "tab:orange"}
+    for k, name in enumerate(first.reward_names):
+        ax = axes[k]
+        for est, prof in profiles.items():
+            c = colours.get(est, None)
+            ax.fill_between(x, prof.D_lo[k].numpy(), prof.D_hi[k].numpy(), color=c, alpha=0.2, lw=0)
+            ax.plot(x, prof.D[k].numpy(), "o-", color=c, ms=3, label=est)
+        title = name + (" (silenced)" if bool(first.silenced[k]) else "")
+        if len(profiles) == 2 and not bool(first.silenced[k]):
+            a, b = (p.gains[k] for p in profiles.values())
+            title += f"  ρ={spearman(a, b):+.2f}"
+        ax.set_title(title, fontsize=9)
+        ax.set_xticks(x, [f"{s:.2f}" for s in first.sigmas.tolist()], fontsize=6, rotation=90)
+        ax.tick_params(axis="y", labelsize=7)
+    axes[0].set_ylabel("D(σ)")
+    axes[0].legend(fontsize=7)
+    return axes

@@ -1,0 +1,170 @@
+"""The `rollout` ground truth against closed forms, and the samplers' consistency checks on the base model."""
+
+import math
+
+import pytest
+import torch
+
+from recast.informativeness import renyi_discriminability, renyi_rows
+from recast.rollout import fine_grid, reward_agreement, rollout_estimate, sample_ancestral
+from recast.sampling import PromptEmbeds, cps_step, sample_ode, sample_sde, sigma_schedule
+
+CENTRES = torch.tensor([-0.9, -0.2, 0.8], dtype=torch.float64)  # a mixture of point masses
+WEIGHTS = torch.tensor([0.3, 0.3, 0.4], dtype=torch.float64)
+
+
+def _posterior(x: torch.Tensor, sigma: float) -> torch.Tensor:
+    """w_m(x) ∝ π_m N(x; (1 − σ) c_m, σ² I) for x (B,) at σ < 1; the prior at σ = 1."""
+    if sigma >= 1.0:
+        return WEIGHTS.expand(x.shape[0], -1)
+    logits = WEIGHTS.log() - (x[:, None] - (1 - sigma) * CENTRES) ** 2 / (2 * sigma**2)
+    return torch.softmax(logits, dim=1)
+
+
+class MixtureFlow(torch.nn.Module):
+    """The exact velocity of the point-mass mixture: v = (x − E[x_0 | x_σ]) / σ, samples of shape (1, 1, 1)."""
+
+    def forward(self, hidden_states, timestep, encoder_hidden_states, pooled_projections, return_dict=False):
+        x = hidden_states.double().flatten()
+        sigma = float(timestep[0]) / 1000
+        x0_hat = _posterior(x, sigma) @ CENTRES
+        return (((x - x0_hat) / sigma).reshape(hidden_states.shape).to(hidden_states.dtype),)
+
+
+def _embeds(n: int) -> PromptEmbeds:
+    return PromptEmbeds(torch.zeros(n, 1, 1, dtype=torch.float64), torch.zeros(n, 1, dtype=torch.float64))
+
+
+def _reward(images, prompts):
+    return torch.sigmoid(6 * (images.flatten(1).mean(1) - 0.5))  # decode below maps x0 in [-1, 1] to [0, 1]
+
+
+def _decode(x):
+    return (x + 1) / 2
+
+
+def _exact_D(sigma: float, n: int = 200_000) -> float:
+    """D(σ) of V(x_σ) = Σ_m w_m(x_σ) r(c_m), from a large sample of x_σ."""
+    g = torch.Generator().manual_seed(123)
+    comp = torch.multinomial(WEIGHTS, n, replacement=True, generator=g)
+    x = (1 - sigma) * CENTRES[comp] + sigma * torch.randn(n, generator=g, dtype=torch.float64)
+    r = _reward(_decode(CENTRES[:, None, None, None]), [])
+    return renyi_discriminability(_posterior(x, sigma) @ r)
+
+
+def test_ancestral_sampler_reproduces_the_mixture_from_pure_noise():
+    n, sigmas = 4000, sigma_schedule(4, 1.0)
+    g = torch.Generator().manual_seed(0)
+    ends = sample_ancestral(MixtureFlow(), _embeds(n), torch.randn(n, 1, 1, 1, generator=g, dtype=torch.float64),
+                            fine_grid(sigmas, 0, 100), g).flatten()
+    nearest = (ends[:, None] - CENTRES).abs().argmin(1)
+    assert (ends - CENTRES[nearest]).abs().max() < 1e-3  # ends are data points, not noisy states
+    freq = torch.bincount(nearest, minlength=3).double() / n
+    assert ((freq - WEIGHTS).abs() < 3 * (WEIGHTS * (1 - WEIGHTS) / n).sqrt()).all()
+
+
+def test_rollout_ground_truth_matches_the_closed_form_and_the_data_processing_bound():
+    N, sigmas = 400, sigma_schedule(4, 1.0)
+    g = torch.Generator().manual_seed(1)
+    x0 = CENTRES[torch.multinomial(WEIGHTS, N, replacement=True, generator=g)].reshape(N, 1, 1, 1)
+    est = rollout_estimate(MixtureFlow(), _embeds(N), x0, sigmas, _reward, [""] * N, _decode, num_rollouts=8,
+                           substeps=50, bootstrap=100, generator=g)
+    assert est.scalar_reward and est.D.shape == (1, 5) and est.D[0, 0] == 0
+    sd = est.D_boot.std(0)[0]
+    for j in range(1, 5):
+        exact = _exact_D(float(sigmas[j])) if j < 4 else renyi_discriminability(_reward(_decode(x0), []))
+        assert abs(est.D[0, j].item() - exact) < 3 * sd[j].item() + 1e-3, (j, est.D[0, j].item(), exact)
+    # data processing: no interior D exceeds the clean value by more than its Monte-Carlo error
+    diff_sd = (est.D_boot - est.D_boot[:, :, -1:]).std(0)[0]
+    assert ((est.D[0, 1:-1] - est.D[0, -1]) <= 2.5 * diff_sd[1:-1] + 1e-4).all()
+    lo, hi = est.band()
+    assert (lo <= est.D + 1e-12).all() and (est.D <= hi + 1e-12).all()
+
+
+def test_renyi_rows_matches_the_scalar_function():
+    v = torch.rand(5, 40, generator=torch.Generator().manual_seed(2)).double().numpy()
+    for alpha in (1.0, 2.0, 0.5):
+        expected = [renyi_discriminability(row, alpha) for row in v]
+        assert renyi_rows(v, alpha) == pytest.approx(expected, rel=1e-10, abs=1e-14)
+
+
+def test_cps_step_keeps_the_forward_coefficients_and_its_log_prob_is_gaussian():
+    """With the exact velocity of a point mass at c, x_σ' = (1 − σ') c + σ' ε' exactly in distribution."""
+    n, c = 20000, 0.4
+    g = torch.Generator().manual_seed(3)
+    sigma, sigma_next = 0.8, 0.3
+    x = (1 - sigma) * c + sigma * torch.randn(n, 1, 1, 1, generator=g)
+    v = (x - c) / sigma
+    step = cps_step(x, v, sigma, sigma_next, 0.7, generator=g)
+    assert abs(step.x_next.mean().item() - (1 - sigma_next) * c) < 0.01
+    assert abs(step.x_next.std().item() / sigma_next - 1) < 0.02
+    expected = torch.distributions.Normal(step.mean, step.std).log_prob(step.x_next).mean(dim=(1, 2, 3))
+    torch.testing.assert_close(step.log_prob, expected)
+    last = cps_step(x, v, sigma, 0.0, 0.7)
+    torch.testing.assert_close(last.x_next, x - sigma * v)
+    assert torch.equal(last.log_prob, torch.zeros(n))
+    with pytest.raises(ValueError):
+        cps_step(x, v, 0.3, 0.5)
+
+
+# ---------------------------------------------------------------------------------------- the base model (CI-sized)
+@pytest.fixture(scope="module")
+def base():
+    from recast.config import resolve_world
+    from recast.digits.data import prompt_set
+    from recast.digits.world import load_world
+    from recast.digits.rewards import SETTINGS
+
+    path = resolve_world("data/digit_base")
+    if path is None:
+        pytest.skip("data/digit_base is not present")
+    torch.set_num_threads(1)
+    world = load_world(path)
+    names = [n for s in ("compose", "quality") for n in SETTINGS[s]]
+    pool = prompt_set("train")
+    return world, names, pool
+
+
+@pytest.mark.slow
+def test_cps_samples_score_like_ode_samples_on_every_reward(base):
+    import recast.digits.rewards
+    from recast.config import preset
+    from recast.informativeness.probe import stack_rewards
+
+    world, names, pool = base
+    prompts = pool[::8][:32]
+    reward = stack_rewards([recast.digits.rewards.get(n)("cpu") for n in names])
+    sigmas = sigma_schedule(6, 3.0)
+    a = preset("cpu").sde_noise_level
+    with torch.no_grad():
+        e = world.encode_prompts(prompts)
+        ode = sample_ode(world.transformer, e, sigmas, shape=world.sample_shape,
+                         generator=torch.Generator().manual_seed(0), return_trajectory=False).x0
+        cps = sample_sde(world.transformer, e, sigmas, shape=world.sample_shape, noise_level=a, sde_type="cps",
+                         generator=torch.Generator().manual_seed(1), return_trajectory=False).x0
+        old = sample_sde(world.transformer, e, sigmas, shape=world.sample_shape, noise_level=0.7,
+                         generator=torch.Generator().manual_seed(1), return_trajectory=False).x0
+        r_ode, r_cps, r_old = (reward(world.decode(x), prompts) for x in (ode, cps, old))
+    z = reward_agreement(r_cps, r_ode)
+    assert (z.abs() < 3.5).all(), dict(zip(names, z.tolist()))
+    # Flow-GRPO's step at T = 6 leaves noise in the samples: several rewards are far outside Monte-Carlo error
+    assert (reward_agreement(r_old, r_ode).abs() > 5).sum() >= 3
+
+
+@pytest.mark.slow
+def test_ground_truth_consistency_on_the_base_model(base):
+    from recast.informativeness.probe import estimate_profiles
+
+    world, names, pool = base
+    prof = estimate_profiles(world, names, pool[::16][:12], estimators=("rollout",), num_steps=3, num_rollouts=3,
+                             substeps=2, bootstrap=50, seed=0)["rollout"]
+    checks = prof.checks
+    assert max(checks["dp_z"]) <= 3.0, dict(zip(names, checks["dp_z"]))  # data processing, up to MC error
+    # Continuations of forward-noised samples end on the samples' own reward distribution. Known gap: "clean" sits
+    # at z ≈ −5 whatever the sub-grid (2, 4, 8 substeps: −4.8, −4.8, −5.5), so the base model's posterior is not
+    # self-consistent for that reward; it is reported, not hidden (README, figure 02).
+    ends = {n: z for n, z in zip(names, checks["ends_z"]) if n != "clean"}
+    assert max(abs(z) for z in ends.values()) <= 3.0, ends
+    torch.testing.assert_close(prof.W.sum(1), torch.full((8,), 1 / 8, dtype=torch.float64))
+    assert prof.silenced[names.index("color")]  # the base model's colour reward is constant: no signal
+    assert (prof.D[names.index("color")] == 0).all()
