@@ -1,6 +1,8 @@
 """W is what training applies (RECAST.md §3-§4): every loss column weighs the same, GRPO's W covers the columns it
 trains, and near-constant rewards are silenced for every method."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -48,12 +50,9 @@ def _column_grad_shares(world, T: int = 6, B: int = 4) -> torch.Tensor:
 def test_every_loss_column_weighs_the_same_at_the_base_model():
     """With W = λ/T each column's share of the gradient norm is within a factor 2 of 1/T in velocity space. The
     x0-space form is σ_j times it per example (tests/test_losses.py), which leaves the last column under 1 %."""
-    from recast.config import resolve_world
     from recast.digits.world import load_world
 
-    path = resolve_world("data/digit_base")
-    if path is None:
-        pytest.skip("data/digit_base is not present")
+    path = Path(__file__).resolve().parents[1] / "data" / "digit_base"  # the committed base model
     torch.set_num_threads(1)
     T = 6
     velocity, sigmas = _column_grad_shares(load_world(path), T)
@@ -114,6 +113,6 @@ def test_unknown_nft_norm_and_sde_type_are_refused(tmp_path):
     from recast.trainer import Trainer
 
     for over, msg in [(dict(nft_norm="x1"), "nft_norm"), (dict(sde_type="ode"), "sde_type")]:
-        tr = Trainer(preset("ci", rewards=("color",), **over), tmp_path / msg)
-        with pytest.raises(ValueError, match=msg):
-            tr.step()
+        with pytest.raises(ValueError, match=msg):  # refused by validation, before any compute
+            Trainer(preset("ci", rewards=("color",), **over), tmp_path / msg)
+        assert not (tmp_path / msg).exists()

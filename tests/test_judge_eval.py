@@ -11,7 +11,7 @@ from recast.trainer import train
 from recast.trainer.evaluation import EVAL_SEED_OFFSET
 from recast.trainer.metrics import load_run
 
-CI = dict(iterations=2, eval_prompts=3, progress=False)
+CI = dict(iterations=2, eval_prompts=3, progress=False, reward_std_floor=0.0)  # the tiny world's rewards are near constant
 
 
 @pytest.fixture(scope="module")
