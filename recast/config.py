@@ -205,9 +205,13 @@ def preset(name: str, **overrides) -> TrainConfig:
     return dataclasses.replace(TrainConfig(**_PRESETS[name]), **overrides)
 
 
-def resolve_rewards(cfg: TrainConfig) -> tuple[str, ...]:
+def resolve_rewards(cfg: TrainConfig, spec: str | None = None) -> tuple[str, ...]:
     """Reward names of a config: `cfg.rewards` or the world's setting, checked against the world's static
     description (`recast.world.world_info`: no weights are loaded).
+
+    Args:
+        cfg: the config.
+        spec: the world spec if already resolved (`resolve_world(cfg.world)`).
 
     Raises:
         ValueError: unknown setting or reward (naming the valid ones), or a bad world spec.
@@ -215,7 +219,7 @@ def resolve_rewards(cfg: TrainConfig) -> tuple[str, ...]:
     """
     from recast.world import world_info
 
-    spec = resolve_world(cfg.world)
+    spec = resolve_world(cfg.world) if spec is None else spec
     info = world_info(spec)
     if cfg.rewards:
         names = tuple(cfg.rewards)

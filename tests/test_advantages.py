@@ -93,3 +93,13 @@ def test_validate_fixed_W():
         validate_W([[0.5, 0.5]], lam, 2)
     with pytest.raises(ValueError, match="row sums"):
         validate_W([[0.5, 0.25], [0.0, 0.25]], lam, 2)
+
+
+def test_reward_sum_is_an_aggregation_not_a_W():
+    from recast.trainer.advantages import step_signal
+
+    s = torch.tensor([[0.2, 0.9, 0.5]])
+    cols = torch.tensor([0, 3, 5])
+    assert torch.equal(step_signal(None, s, cols), s[0])  # the same combined signal at every column
+    with pytest.raises(ValueError, match="one combined reward"):
+        step_signal(None, torch.rand(2, 3), cols)

@@ -85,8 +85,9 @@ def test_sd35_preset_validates_without_loading_anything(tmp_path):
 
     assert preset("sd35").device == "cuda"
     cfg = preset("sd35", device="cpu")  # validation refuses cuda on a machine without a GPU
-    names, lam = validate(cfg, tmp_path)
-    assert names == ("geneval", "ocr", "pickscore", "clipscore") and lam.tolist() == [0.25] * 4
+    spec = validate(cfg, tmp_path)
+    assert spec.reward_names == ("geneval", "ocr", "pickscore", "clipscore") and spec.lam.tolist() == [0.25] * 4
+    assert spec.world == "sd3:stabilityai/stable-diffusion-3.5-medium"  # resolved once, trusted by the trainer
     assert (cfg.group_size, cfg.num_steps, cfg.lora_rank, cfg.lora_alpha, cfg.lr, cfg.mixed_precision) == \
         (24, 10, 32, 64.0, 3e-4, "bf16")
     args = build_parser().parse_args(["train", "--preset", "sd35", "--world", "sd3:/models/sd35", "--out", "x"])

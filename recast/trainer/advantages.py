@@ -163,7 +163,7 @@ def reward_sum(R: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
     return (lam.to(device=R.device, dtype=R.dtype)[:, None] * R).sum(dim=0, keepdim=True)
 
 
-def step_signal(W: torch.Tensor, s: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+def step_signal(W: torch.Tensor | None, s: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
     """Per-example signal at its column: T · Σ_k W[k, j_n] · s[k, n].
 
     With Σλ = 1, T · W[:, j] is a convex combination, so p in [0, 1] stays in [0, 1] and A in [−c, c] stays there.
@@ -171,13 +171,21 @@ def step_signal(W: torch.Tensor, s: torch.Tensor, columns: torch.Tensor) -> torc
     signals to the static baseline.
 
     Args:
-        W: (K, T) weights with columns summing to 1/T.
-        s: (K, N) per-reward signal of each example's sample (p or A).
+        W: (K, T) weights with columns summing to 1/T; None for the reward_sum aggregation, whose signal is one
+            combined reward, the same at every column.
+        s: (K, N) per-reward signal of each example's sample (p or A); (1, N) when W is None.
         columns: (N,) long, the column j_n of each example.
 
     Returns:
         (N,) tensor in s's dtype.
+
+    Raises:
+        ValueError: W is None but s holds more than one reward.
     """
+    if W is None:
+        if s.shape[0] != 1:
+            raise ValueError(f"without W the signal must be one combined reward (1, N), got {tuple(s.shape)}")
+        return s[0]
     T = W.shape[1]
     TW = (T * W.to(torch.float64)).to(s.dtype).to(s.device)
     return (TW[:, columns] * s).sum(dim=0)

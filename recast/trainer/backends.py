@@ -92,14 +92,14 @@ def nft_optimise(model, policy, ro: Rollouts, p: torch.Tensor, W: torch.Tensor, 
         policy: `Policy` (old and reference forwards).
         ro: rollouts (x0, embeds).
         p: per-reward optimality probabilities (K, B).
-        W: (K, T) weights; column j trains at sigma_j.
+        W: (K, T) weights, column j trains at sigma_j; None for the reward_sum aggregation (p is then (1, B)).
         sigmas: (T+1,) grid.
         cfg: TrainConfig.
         generator: CPU RNG for columns and forward-process noise.
         accelerator: `accelerate.Accelerator`.
         info_mask: (B,) bool, samples whose x0_hat = x_sigma - sigma v_old is kept for informativeness, or None.
     """
-    B, T = ro.x0.shape[0], W.shape[1]
+    B, T = ro.x0.shape[0], len(sigmas) - 1
     eligible = T - 1 if cfg.skip_last_column else T
     mask = draw_columns(B, eligible, cfg.train_columns, generator)
     N = int(mask.sum())
@@ -153,7 +153,7 @@ def grpo_optimise(model, policy, ro: Rollouts, A: torch.Tensor, W: torch.Tensor,
     Args:
         A: per-reward clipped advantages (K, B); other arguments as in `nft_optimise`.
     """
-    B, T = ro.x0.shape[0], W.shape[1]
+    B, T = ro.x0.shape[0], len(sigmas) - 1
     eligible = T - 1
     mask = draw_columns(B, eligible, cfg.train_columns, generator)
     N = int(mask.sum())

@@ -50,7 +50,8 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False):
         from accelerate import Accelerator
 
-        self.reward_names, self.lam = validate_config(cfg)
+        self.spec = validate_config(cfg)  # the config is checked and resolved once; the rest trusts self.spec
+        self.reward_names, self.lam = self.spec.reward_names, self.spec.lam
         self.out = check_out_dir(out_dir)
         self.cfg = cfg
         if cfg.num_threads > 0:
@@ -102,7 +103,7 @@ class Trainer:
         if cfg.method == "fixed":
             self.W = validate_W(cfg.fixed_W, self.lam, self.T)
         elif cfg.method == "reward_sum":
-            self.W = static_weights([1.0], self.T)  # one combined reward: the same p at every column
+            self.W = None  # an aggregation, not a W: one combined reward, the same signal at every column
         else:
             self.W = static_weights(self.lam, self.T)
         self.D = None
@@ -134,10 +135,9 @@ class Trainer:
             lock.release()
 
     def _load_world(self):
-        from recast.config import resolve_world
         from recast.world import load_world
 
-        return load_world(resolve_world(self.cfg.world), seed=self.cfg.seed)  # seed: random worlds ("tiny")
+        return load_world(self.spec.world, seed=self.cfg.seed)  # seed: random worlds ("tiny")
 
     # ------------------------------------------------------------------ one iteration
     def rollout(self) -> Rollouts:

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from recast.config import BACKENDS, METHODS, NFT_NORMS, SDE_TYPES, STD_SCOPES, TrainConfig, check_field_types, resolve_rewards
+from recast.config import (BACKENDS, METHODS, NFT_NORMS, SDE_TYPES, STD_SCOPES, TrainConfig, check_field_types,
+                           resolve_rewards, resolve_world)
 from recast.io import check_safetensors, read_json
 from recast.solver import min_temperature
 from recast.trainer.advantages import normalise_budgets, validate_W
 from recast.trainer.checkpoint import CHECKPOINT, LOG_FILES, check_resume_config
 
-__all__ = ["RUN_FILES", "RUN_MARKER", "validate", "validate_config", "check_out_dir", "check_run_dir", "is_recast_run",
+__all__ = ["RUN_FILES", "RUN_MARKER", "RunSpec", "validate", "validate_config", "check_out_dir", "check_run_dir", "is_recast_run",
            "check_safetensors"]
 
 # Everything a run writes: any of these in a folder means "this folder holds something".
@@ -74,8 +76,23 @@ def _check_device(device: str) -> None:
               f"config field device: {device!r} does not exist ({torch.cuda.device_count()} CUDA devices)")
 
 
-def validate_config(cfg: TrainConfig) -> tuple[tuple[str, ...], torch.Tensor]:
-    """Check a config on its own; returns (reward names, normalised budgets λ (K,) float64).
+@dataclass(frozen=True)
+class RunSpec:
+    """What a validated config resolves to, computed once (`validate_config`) and trusted by the rest of the code.
+
+    Attributes:
+        world: the world spec (`recast.config.resolve_world`), e.g. "digits:/abs/data/digit_base".
+        reward_names: the K training rewards.
+        lam: the budgets normalised to Σλ = 1, float64 (K,).
+    """
+
+    world: str
+    reward_names: tuple[str, ...]
+    lam: torch.Tensor
+
+
+def validate_config(cfg: TrainConfig) -> RunSpec:
+    """Check a config on its own, once; returns its `RunSpec` (world spec, reward names, normalised λ).
 
     Raises:
         ValueError: a field of the wrong type or non-finite, an unknown method / backend / setting / reward /
@@ -94,7 +111,8 @@ def validate_config(cfg: TrainConfig) -> tuple[tuple[str, ...], torch.Tensor]:
           f"unknown mixed_precision {cfg.mixed_precision!r}; choose one of {MIXED_PRECISION}")
     for name, ok in _ranges(cfg):
         _need(ok, f"config out of range: need {name}")
-    names = resolve_rewards(cfg)
+    world = resolve_world(cfg.world)
+    names = resolve_rewards(cfg, world)
     lam = normalise_budgets(cfg.lam, len(names))
     G, B = cfg.group_size, cfg.B
     _need(G >= 2, f"group_size must be >= 2 (advantages compare samples of one prompt), got {G}")
@@ -111,7 +129,7 @@ def validate_config(cfg: TrainConfig) -> tuple[tuple[str, ...], torch.Tensor]:
                                            f"temperature the weight solver resolves at floor={cfg.floor:g}: "
                                            f"{smallest:.3g}")
     _check_device(cfg.device)
-    return names, lam
+    return RunSpec(world, names, lam)
 
 
 def check_out_dir(out_dir: str | os.PathLike) -> Path:
@@ -166,13 +184,12 @@ def check_run_dir(out: Path, cfg: TrainConfig, *, resume: bool, overwrite: bool)
                               "overwrite another tool's files: choose another --out (or pass --overwrite)")
 
 
-def validate(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False,
-             overwrite: bool = False) -> tuple[tuple[str, ...], torch.Tensor]:
-    """Check a config and its run directory; returns (reward names, normalised budgets λ (K,) float64).
+def validate(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False) -> RunSpec:
+    """Check a config and its run directory; returns the config's `RunSpec`.
 
     Raises:
         everything `validate_config`, `check_out_dir` and `check_run_dir` raise.
     """
-    names, lam = validate_config(cfg)
+    spec = validate_config(cfg)
     check_run_dir(check_out_dir(out_dir), cfg, resume=resume, overwrite=overwrite)
-    return names, lam
+    return spec
