@@ -279,3 +279,13 @@ def test_noise_floor_targets_at_the_cpu_preset_sample_counts(kind):
             stats.append(float(torch.corrcoef(torch.stack([a, b]))[0, 1]))
     med = float(np.median(stats))
     assert (med <= 0.25) if kind == "identical" else (med >= 0.8), stats
+
+
+def test_spearman_closed_form_ties_and_constant():
+    import math
+
+    from recast.informativeness.probe import spearman
+
+    assert spearman(torch.tensor([1.0, 2, 3, 4]), torch.tensor([1.0, 3, 2, 4])) == pytest.approx(1 - 6 * 2 / (4 * 15))
+    assert spearman(torch.tensor([1.0, 2, 2, 3]), torch.tensor([3.0, 2, 2, 1])) == pytest.approx(-1.0)
+    assert math.isnan(spearman(torch.tensor([1.0, 1, 1]), torch.tensor([1.0, 2, 3])))

@@ -93,13 +93,18 @@ class Profile:
 
 
 def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Spearman rank correlation of two 1-D tensors (average ranks for ties); NaN if either is constant."""
-    from scipy.stats import rankdata
+    """Spearman rank correlation of two 1-D tensors (`scipy.stats.spearmanr`, average ranks for ties); NaN if either
+    is constant."""
+    import warnings
 
-    ra, rb = (torch.as_tensor(rankdata(x.double().cpu().numpy())) for x in (a, b))
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    denom = ra.norm() * rb.norm()
-    return float((ra @ rb) / denom) if denom > 0 else float("nan")
+    from scipy.stats import spearmanr
+
+    x, y = (t.double().cpu().numpy() for t in (a, b))
+    if x.std() == 0 or y.std() == 0:
+        return float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(spearmanr(x, y).statistic)
 
 
 def stack_rewards(rewards: Sequence) -> callable:
