@@ -178,20 +178,12 @@ def evaluate_world(world: DigitWorld, *, n: int = 64, split: str = "train", num_
     Returns:
         `recast.digits.judges.attributes.JudgeReport` (strict, digit, color, position, size accuracies and n).
     """
-    from recast.digits.data import sample_prompts
+    from recast.digits.audit import sample_world
     from recast.digits.judges.attributes import judge_report
-    from recast.sampling import sample_ode, sigma_schedule
 
-    gen = torch.Generator().manual_seed(seed)
-    prompts = sample_prompts(n, split=split, generator=gen)
-    sigmas = sigma_schedule(num_steps, shift)
-    images = []
-    for i in range(0, n, batch_size):
-        embeds = world.encode_prompts(prompts[i:i + batch_size])
-        out = sample_ode(world.transformer, embeds, sigmas, shape=world.sample_shape, generator=gen,
-                         return_trajectory=False)
-        images.append(world.decode(out.x0).cpu())
-    return judge_report(torch.cat(images), prompts)
+    images, prompts = sample_world(world, n=n, split=split, num_steps=num_steps, shift=shift, seed=seed,
+                                   batch_size=batch_size)
+    return judge_report(images, prompts)
 
 
 def parse_corruption(text: str, error=None) -> Corruption:
