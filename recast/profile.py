@@ -142,5 +142,5 @@ def run(args: argparse.Namespace) -> int:
 
         print(json.dumps(to_jsonable(obj)))
     else:
-        print(f"profile of {', '.join(names)} ({args.estimator}, {len(prompts)} samples) in {out}/profile.json")
+        print(f"profile of {', '.join(names)} ({args.estimator}, {obj['num_prompts']} samples) in {out}/profile.json")
     return 0

@@ -68,3 +68,11 @@ def test_cli_profile_bad_input_exits_2_before_compute(tmp_path, capsys, extra, m
     assert main(["profile", "--out", str(tmp_path / "p"), *extra]) == 2
     assert msg in capsys.readouterr().err
     assert not (tmp_path / "p" / "profile.json").exists()
+
+
+def test_cli_profile_runs_on_any_world_spec_and_says_where_it_wrote(tmp_path, capsys):
+    out = tmp_path / "tiny"
+    assert main(["profile", "--world", "tiny", "--rewards", "sharpness,clean", "--num-prompts", "4", "--num-steps", "2",
+                 "--bootstrap", "0", "--out", str(out)]) == 0
+    assert f"profile of sharpness, clean (tweedie, 4 samples) in {out}/profile.json" in capsys.readouterr().out
+    assert json.loads((out / "profile.json").read_text())["world"] == "tiny"
