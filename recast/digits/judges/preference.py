@@ -73,7 +73,7 @@ def prefer(a_images: torch.Tensor, b_images: torch.Tensor, prompts: list[str]) -
 
 def win_rate(a_images: torch.Tensor, b_images: torch.Tensor, prompts: list[str]) -> WinRate:
     """Win rate of ``a`` over ``b`` with ties counting half."""
-    v = prefer(a_images, b_images, prompts)
-    wins, losses = int((v > 0).sum()), int((v < 0).sum())
-    ties = len(v) - wins - losses
-    return WinRate(wins=wins, losses=losses, ties=ties, win_rate=(wins + 0.5 * ties) / max(len(v), 1))
+    from recast.winrate import aggregate_verdicts
+
+    w = aggregate_verdicts(int(x) for x in prefer(a_images, b_images, prompts))
+    return WinRate(wins=w.wins, losses=w.losses, ties=w.ties, win_rate=0.0 if w.n == 0 else w.win_rate)
