@@ -25,7 +25,7 @@ from recast.informativeness import profile_noise_share, telescoping_gains, tweed
 from recast.rollout import fine_grid, reward_agreement, rollout_estimate, sample_ancestral
 from recast.sampling import predict_velocity, sample_ode, sigma_schedule
 from recast.solver import solve_weights
-from recast.trainer.advantages import STD_EPS
+from recast.trainer.advantages import reward_to_p, silenced_rewards
 
 __all__ = ["Profile", "spearman", "stack_rewards", "p_map", "tweedie_estimate", "estimate_profiles"]
 
@@ -123,12 +123,11 @@ def p_map(R_clean: torch.Tensor, adv_clip_max: float = 5.0, std_floor: float = 1
         (to_p: raw rewards (..., K) -> p (..., K), silenced (K,) bool).
     """
     mean, std = R_clean.mean(0), R_clean.std(0, unbiased=False)
-    silenced = std < std_floor * reward_range
-    c = float(adv_clip_max)
+    silenced = silenced_rewards(R_clean.T, std_floor, reward_range)
 
     def to_p(R: torch.Tensor) -> torch.Tensor:
-        A = ((R - mean) / (std + STD_EPS)).clamp(-c, c)
-        return torch.where(silenced, torch.full_like(A, 0.5), 0.5 + A / (2 * c))
+        _, p = reward_to_p(R, mean, std, adv_clip_max)
+        return torch.where(silenced, torch.full_like(p, 0.5), p)
 
     return to_p, silenced
 
