@@ -14,12 +14,12 @@ import concurrent.futures as cf
 import multiprocessing as mp
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DemoResult", "run_demo", "summarise", "plot_demo"]
+__all__ = ["DemoResult", "run_demo", "summarise", "paired", "efficiency", "plot_demo"]
 
 
 @dataclass(frozen=True)
@@ -31,12 +31,17 @@ class DemoResult:
         rows: one dict per (method, metric): base and final mean ± std over seeds, and the seeds' count.
         runs: method -> list of run directories (one per seed, in seed order).
         wall_time_s: wall-clock seconds of the whole demo.
+        paired: ReCAST − baseline per (baseline, metric) over the shared seeds (`paired`); empty without ReCAST.
+        efficiency: per (baseline, judge) the share of the baseline's images ReCAST needs to reach the baseline's
+            final value (`efficiency`).
     """
 
     out_dir: Path
     rows: list[dict]
     runs: dict[str, list[Path]]
     wall_time_s: float
+    paired: list[dict] = field(default_factory=list)
+    efficiency: list[dict] = field(default_factory=list)
 
     def markdown(self) -> str:
         """The summary as a markdown table."""
@@ -44,6 +49,21 @@ class DemoResult:
         for r in self.rows:
             lines.append(f"| {r['method']} | {r['metric']} | {r['base_mean']:.3f} ± {r['base_std']:.3f} | "
                          f"{r['final_mean']:.3f} ± {r['final_std']:.3f} | {r['delta_mean']:+.3f} ± {r['delta_std']:.3f} |")
+        if self.paired:
+            lines += ["", "Paired ReCAST − baseline over the same seeds, mean with its 95 % t-interval; a win or a loss only "
+                      "when the interval excludes 0 (for the Fréchet distance and defect rates lower is better).", "",
+                      "| baseline | metric | ReCAST − baseline | 95 % CI | verdict |", "|---|---|---|---|---|"]
+            for r in self.paired:
+                lines.append(f"| {r['baseline']} | {r['metric']} | {r['diff']:+.3f} | "
+                             f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] | {r['verdict']} |")
+        if self.efficiency:
+            lines += ["", "Sample efficiency: images ReCAST needs to reach the baseline's final seed-mean judge score, as a "
+                      "share of the baseline's images (< 1: ReCAST is faster; 'not reached': it never gets there).", "",
+                      "| baseline | judge | baseline final | ReCAST final | images ratio |", "|---|---|---|---|---|"]
+            for r in self.efficiency:
+                ratio = "not reached" if r["ratio"] is None else f"{r['ratio']:.2f}"
+                lines.append(f"| {r['baseline']} | {r['metric']} | {r['baseline_final']:.3f} | {r['method_final']:.3f} "
+                             f"| {ratio} |")
         return "\n".join(lines)
 
 
@@ -84,7 +104,7 @@ def run_demo(
     preset_name: str = "cpu",
     setting: str = "compose",
     lam: tuple[float, ...] = (),
-    methods: tuple[str, ...] = ("recast", "uniform"),
+    methods: tuple[str, ...] = ("recast", "uniform", "reward_sum"),
     seeds: tuple[int, ...] = (0, 1, 2),
     iterations: int | None = None,
     workers: int | None = None,
@@ -134,10 +154,14 @@ def run_demo(
             list(pool.map(_train_one, jobs))
     runs = {m: [out / m / f"seed_{s}" for s in seeds] for m in methods}
     rows = summarise(runs)
-    result = DemoResult(out, rows, runs, time.perf_counter() - start)
+    pairs, eff = paired(runs), efficiency(runs)
+    result = DemoResult(out, rows, runs, time.perf_counter() - start, pairs, eff)
     write_json(out / "results.json", {"preset": preset_name, "setting": setting, "lam": list(lam), "seeds": list(seeds),
-                                      "wall_time_s": result.wall_time_s, "rows": rows})
+                                      "wall_time_s": result.wall_time_s, "rows": rows, "paired": pairs,
+                                      "efficiency": eff})
     write_csv(out / "results.csv", rows)
+    if pairs:
+        write_csv(out / "paired.csv", pairs)
     if figure_name:
         from recast.plotting import savefig
 
@@ -164,6 +188,59 @@ def summarise(runs: dict[str, list[Path]]) -> list[dict]:
                          "final_mean": final.mean(), "final_std": final.std(ddof=1) if len(final) > 1 else 0.0,
                          "delta_mean": delta.mean(), "delta_std": delta.std(ddof=1) if len(delta) > 1 else 0.0})
     return rows
+
+
+def paired(runs: dict[str, list[Path]], *, method: str = "recast", confidence: float = 0.95) -> list[dict]:
+    """Paired ``method`` − baseline differences of every final eval metric, for each other method as the baseline.
+
+    Runs pair by seed (``seed_<s>`` folders of the same index share the seed, base model, prompts and noise), so
+    seed-to-seed variation cancels; the verdict follows `recast.stats.paired_difference`.
+    """
+    from recast.stats import lower_is_better, paired_difference
+    from recast.trainer.metrics import load_run
+
+    if method not in runs:
+        return []
+    final = {m: [load_run(p).evals[-1] for p in paths] for m, paths in runs.items()}
+    out = []
+    for baseline in (m for m in runs if m != method):
+        if len(runs[baseline]) != len(runs[method]):
+            raise ValueError(f"{method} and {baseline} ran different numbers of seeds; pairs need the same seeds")
+        for key in (k for k in final[method][0] if k != "iteration"):
+            d = paired_difference([e[key] for e in final[method]], [e[key] for e in final[baseline]],
+                                  higher_is_better=not lower_is_better(key), confidence=confidence)
+            out.append({"method": method, "baseline": baseline, "metric": key, "n": d.n, "diff": d.mean,
+                        "ci_low": d.ci_low, "ci_high": d.ci_high, "verdict": d.verdict})
+    return out
+
+
+def efficiency(runs: dict[str, list[Path]], *, method: str = "recast", prefix: str = "judge/") -> list[dict]:
+    """For each baseline and each eval metric under ``prefix``: the share of the baseline's images ``method`` needs
+    to reach the baseline's final seed-mean value (`recast.stats.efficiency_ratio`; None: never reached)."""
+    from recast.stats import efficiency_ratio, lower_is_better
+    from recast.sweep import images_per_iteration
+    from recast.trainer.metrics import load_run
+
+    if method not in runs:
+        return []
+    loaded = {m: [load_run(p) for p in paths] for m, paths in runs.items()}
+
+    def mean_curve(m: str, key: str) -> tuple[np.ndarray, np.ndarray]:
+        per = images_per_iteration(loaded[m][0].config)
+        its = [e["iteration"] for e in loaded[m][0].evals]
+        vals = np.array([[e[key] for e in r.evals] for r in loaded[m]], dtype=float)
+        return np.asarray(its, dtype=float) * per, vals.mean(0)
+
+    out = []
+    for baseline in (m for m in runs if m != method):
+        for key in (k for k in loaded[method][0].evals[-1] if k.startswith(prefix)):
+            (xa, ya), (xb, yb) = mean_curve(method, key), mean_curve(baseline, key)
+            if not np.array_equal(xa, xb):
+                raise ValueError(f"{method} and {baseline} were evaluated at different sample counts")
+            ratio = efficiency_ratio(xa, ya, yb, higher_is_better=not lower_is_better(key))
+            out.append({"method": method, "baseline": baseline, "metric": key, "baseline_final": float(yb[-1]),
+                        "method_final": float(ya[-1]), "ratio": ratio})
+    return out
 
 
 def plot_demo(runs: dict[str, list[Path]], rows: list[dict] | None = None):

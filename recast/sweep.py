@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["EMPHASIS", "results_dir", "budget_grid", "lambda_grid", "SweepRun", "SweepReport", "plan_sweep", "is_finished",
+__all__ = ["EMPHASIS", "results_dir", "budget_grid", "lambda_grid", "SweepRun", "SweepReport", "plan_sweep", "is_finished", "images_per_iteration",
            "run_sweep", "collect", "curves", "summarise", "compare", "efficiency"]
 
 EMPHASIS: float = 0.55  # the budget a reward-emphasising λ puts on its reward; the others share the rest equally
@@ -189,7 +189,8 @@ def run_sweep(runs: list[SweepRun], *, jobs: int = 1, python: str = sys.executab
     return SweepReport(ran, skipped, failed, time.perf_counter() - start)
 
 
-def _images_per_iteration(config: dict) -> int:
+def images_per_iteration(config: dict) -> int:
+    """Images sampled (and scored by every reward) per iteration of a run, from its ``config.json`` dict."""
     return int(config.get("batch_size") or config["prompts_per_iter"] * config["group_size"])
 
 
@@ -208,7 +209,7 @@ def collect(runs: list[SweepRun]) -> list[dict]:
         r = load_run(run.out_dir)
         row = {"setting": run.setting, "budget": run.budget, "lam": ",".join(f"{x:g}" for x in run.lam),
                "method": run.method, "seed": run.seed, "iterations": int(r.config["iterations"]),
-               "images": int(r.config["iterations"]) * _images_per_iteration(r.config)}
+               "images": int(r.config["iterations"]) * images_per_iteration(r.config)}
         row.update({k: v for k, v in r.evals[-1].items() if k != "iteration" and isinstance(v, (int, float))})
         if r.evals[0].get("iteration") == 0:
             row.update({f"base:{k}": v for k, v in r.evals[0].items() if k != "iteration"
@@ -227,7 +228,7 @@ def curves(runs: list[SweepRun]) -> list[dict]:
         if not is_finished(run):
             continue
         r = load_run(run.out_dir)
-        per = _images_per_iteration(r.config)
+        per = images_per_iteration(r.config)
         for rec in r.evals:
             for k, v in rec.items():
                 if k != "iteration" and isinstance(v, (int, float)):

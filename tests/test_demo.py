@@ -4,13 +4,15 @@ import json
 
 import pytest
 
-from recast.demo import run_demo
+from recast.demo import efficiency, paired, run_demo
+from recast.stats import images_to_reach
+from recast.trainer.metrics import load_run
 
 
 def test_demo_same_seeds_same_base_and_writes_summary(tmp_path, monkeypatch):
     monkeypatch.setenv("RECAST_FIGURES_DIR", str(tmp_path / "figs"))
-    result = run_demo(tmp_path / "demo", preset_name="ci", seeds=(0, 1), iterations=2, workers=1,
-                      figure_name="demo_test")
+    result = run_demo(tmp_path / "demo", preset_name="ci", methods=("recast", "uniform"), seeds=(0, 1), iterations=2,
+                      workers=1, figure_name="demo_test")
     assert set(result.runs) == {"recast", "uniform"} and all(len(v) == 2 for v in result.runs.values())
     rows = json.loads((tmp_path / "demo" / "results.json").read_text())["rows"]
     by = {(r["method"], r["metric"]): r for r in rows}
@@ -23,6 +25,26 @@ def test_demo_same_seeds_same_base_and_writes_summary(tmp_path, monkeypatch):
     assert (tmp_path / "figs" / "demo_test.png").is_file() and (tmp_path / "figs" / "demo_test.pdf").is_file()
     assert (tmp_path / "demo" / "results.csv").read_text().startswith("method,metric,seeds")
     assert "| recast | reward/weighted |" in result.markdown()
+
+    # Paired differences: seed s of ReCAST against seed s of uniform, every final eval metric.
+    finals = {m: [load_run(p).evals[-1] for p in paths] for m, paths in result.runs.items()}
+    pairs = {r["metric"]: r for r in result.paired if r["baseline"] == "uniform"}
+    assert set(pairs) == {k for k in finals["recast"][0] if k != "iteration"}
+    for metric, r in pairs.items():
+        want = sum(a[metric] - b[metric] for a, b in zip(finals["recast"], finals["uniform"])) / 2
+        assert r["diff"] == pytest.approx(want, abs=1e-12) and r["n"] == 2
+        assert r["ci_low"] <= r["diff"] <= r["ci_high"]
+    assert "| uniform | judge/strict |" in result.markdown()
+    # A method against itself: zero difference, a tie, and it reaches its own final value within its own budget.
+    same = {"recast": result.runs["recast"], "uniform": result.runs["recast"]}
+    assert all(r["diff"] == 0 and r["verdict"] == "tie" for r in paired(same))
+    for r in efficiency(same):
+        run = load_run(result.runs["recast"][0])
+        its = [e["iteration"] for e in run.evals]
+        curve = [sum(load_run(p).evals[i][r["metric"]] for p in result.runs["recast"]) / 2 for i in range(len(its))]
+        higher = not r["metric"].startswith(("judge/fid", "judge/defect_"))
+        reach = images_to_reach([i * 4 for i in its], curve, curve[-1], higher_is_better=higher)
+        assert r["ratio"] == pytest.approx(reach / (its[-1] * 4)) and 0 <= r["ratio"] <= 1
 
 
 def test_demo_rejects_bad_method_before_training(tmp_path):
