@@ -27,9 +27,9 @@ __all__ = ["Corruption", "DEFECTS", "corrupt_specs", "inject_defects", "sample_c
 # defect name -> (degradation kind in recast.digits.rewards.degrade, strength range): the defects the quality rewards
 # measure: blur (sharpness), speckle (clean), fade (contrast).
 DEFECTS: dict[str, tuple[str, float, float]] = {
-    "blur": ("blur", 0.6, 1.0),
+    "blur": ("blur", 0.8, 1.0),  # weaker blurs are not reproduced as blur by the base model's sampler
     "speckle": ("speckle", 0.3, 0.6),  # 4 to 7 stray pixels
-    "fade": ("fade", 0.5, 0.8),  # background 0.15 to 0.24: below the judges' ink threshold of 0.3
+    "fade": ("fade", 0.3, 0.5),  # grey background 0.09 to 0.15: above the fade judge (0.08), below the ink threshold (0.3)
 }
 
 
