@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--overwrite", action="store_true", help="start over even if OUT holds a run")
     t.add_argument("--set", type=_override, action="append", default=[], metavar="FIELD=VALUE",
                    help="override any TrainConfig field (repeatable), e.g. --set nft_beta=0.5")
-    d = sub.add_parser("demo", help="ReCAST vs uniform and reward_sum with the same seeds; writes summary and paired tables and a figure")
+    d = sub.add_parser("demo", help="ReCAST vs uniform and reward_sum, same seeds; summary and paired tables, a figure")
     d.add_argument("--preset", default="cpu", help="ci | cpu | gpu")
     d.add_argument("--setting", default="compose", help="compose | quality")
     d.add_argument("--lam", type=_floats, default=(), help="budgets (default: equal)")
