@@ -25,7 +25,9 @@ SIZE_WIDTH: float = 0.06  # width of the size reward's soft threshold in log-sid
 SIZE_INK_LEVEL: float = 0.3  # intensity at which a pixel counts half as ink for the size reward's soft box
 SIZE_INK_TEMP: float = 0.1  # softness of that count (a sigmoid's temperature in intensity units)
 SHARPNESS_SCALE: float = 0.35  # gradient-to-intensity energy ratio at which sharpness = 1 - 1/e
-CLEAN_SCALE: float = 0.02  # mean stray intensity per pixel at which clean = 1/e
+CLEAN_SCALE: float = 0.08  # mean stray intensity per pixel (above the background) that costs clean a factor 1/e
+CLEAN_SPECK_LEVEL: float = 0.4  # a stray pixel this far above the background counts half as a bright speck
+CLEAN_SPECK_COUNT: float = 3.0  # bright stray pixels that cost clean a factor 1/e
 GLYPH_HALF_WINDOW: float = 8.0  # half side in pixels of the box around the ink centroid that may hold ink
 INK_FLOOR: float = 0.15  # intensity below which a pixel does not count for centroid and extent
 _EPS = 1e-6
@@ -114,39 +116,53 @@ def size_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return torch.sigmoid(sign * log_ratio / SIZE_WIDTH).float()
 
 
-def sharpness_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-    """``1 - exp(-r / s)`` with ``r = sum |grad I|^2 / sum I^2`` (finite differences): the share of the ink's
-    energy in its edges, scale-free in brightness. Blur lowers it; an empty canvas scores 0. It also rises with noise,
-    which ``clean`` penalises. Range [0, 1). Informative late."""
-    _specs(prompts, images.shape[0])
+def above_background(images: torch.Tensor) -> torch.Tensor:
+    """Ink intensity above the canvas' own background ``(B, H, W)``: ``I`` less its median, clipped at 0. A uniform
+    grey wash (the fade defect, which ``contrast`` measures) then changes neither edges nor stray ink."""
     I = data.ink_intensity(images)
+    return (I - I.flatten(1).median(1).values[:, None, None]).clamp_min(0.0)
+
+
+def sharpness_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """``1 - exp(-r / s)`` with ``r = sum |grad J|^2 / sum J^2`` (finite differences) on the ink above the background
+    ``J`` (`above_background`): the share of the ink's energy in its edges, scale-free in brightness and blind to a
+    uniform wash. Blur lowers it; an empty canvas scores 0. It also rises with noise, which ``clean`` penalises.
+    Range [0, 1). Informative late."""
+    _specs(prompts, images.shape[0])
+    I = above_background(images)
     g2 = (I[:, 1:, :] - I[:, :-1, :]).pow(2).sum((1, 2)) + (I[:, :, 1:] - I[:, :, :-1]).pow(2).sum((1, 2))
     r = g2 / (I.pow(2).sum((1, 2)) + 1e-3)
     return (1.0 - torch.exp(-r / SHARPNESS_SCALE)).float()
 
 
-def stray_ink(images: torch.Tensor) -> torch.Tensor:
-    """Mean intensity per pixel ``(B,)`` outside the glyph. The glyph mask is the stroke cores (3x3 mean intensity
-    > 0.3, soft) dilated by 2 px, intersected with a soft 16x16 box around the ink centroid (a glyph is at most
-    12 px): isolated speckles, faint background noise and ink spread over the whole canvas fall outside it."""
-    I = data.ink_intensity(images)[:, None]
-    core = torch.sigmoid((F.avg_pool2d(I, 3, 1, 1, count_include_pad=False) - 0.3) / 0.05)
+def stray_ink(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ink outside the glyph, above the background (`above_background`): ``(specks, mean)``, both ``(B,)``.
+
+    The glyph mask is the stroke cores (3x3 mean > 0.3, soft) dilated by 2 px, intersected with a soft 16x16 box
+    around the ink centroid (a glyph is at most 12 px) for ``mean``, the mean stray intensity per pixel (faint noise,
+    ink spread over the canvas). ``specks`` is the soft count of pixels off the dilated strokes at least
+    ``CLEAN_SPECK_LEVEL`` above the background (isolated speckles)."""
+    J = above_background(images)[:, None]
+    core = torch.sigmoid((F.avg_pool2d(J, 3, 1, 1, count_include_pad=False) - 0.3) / 0.05)
     mask = F.max_pool2d(core, 5, 1, 2)
     centroid, _, _ = _moments(images)
-    H, W = I.shape[-2:]
-    ys = torch.arange(H, dtype=I.dtype, device=I.device)
-    xs = torch.arange(W, dtype=I.dtype, device=I.device)
+    H, W = J.shape[-2:]
+    ys = torch.arange(H, dtype=J.dtype, device=J.device)
+    xs = torch.arange(W, dtype=J.dtype, device=J.device)
     box_y = torch.sigmoid((GLYPH_HALF_WINDOW - (ys[None] - centroid[:, :1]).abs()) / 0.5)  # (B, H)
     box_x = torch.sigmoid((GLYPH_HALF_WINDOW - (xs[None] - centroid[:, 1:]).abs()) / 0.5)  # (B, W)
-    mask = mask * (box_y[:, None, :, None] * box_x[:, None, None, :])
-    return (I * (1 - mask)).mean((1, 2, 3))
+    outside = 1 - mask * (box_y[:, None, :, None] * box_x[:, None, None, :])
+    bright = torch.sigmoid((J - CLEAN_SPECK_LEVEL) / 0.05)
+    return (bright * (1 - mask)).sum((1, 2, 3)), (J * outside).mean((1, 2, 3))
 
 
 def clean_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-    """``exp(-stray_ink / s)``: absence of background noise and speckle. Range (0, 1], 1 on a real canvas; five
-    full-intensity speckles score ~0.7, Gaussian noise of std 0.1 ~0. Informative late."""
+    """``exp(-specks / n - mean / s)`` (`stray_ink`): absence of speckles and background noise. Range (0, 1], about
+    0.93 on a real canvas; three bright speckles cost a factor 1/e, Gaussian noise of std 0.25 scores ~0. A uniform
+    grey wash costs little (that is ``contrast``'s job). Informative late."""
     _specs(prompts, images.shape[0])
-    return torch.exp(-stray_ink(images) / CLEAN_SCALE).float()
+    specks, mean = stray_ink(images)
+    return torch.exp(-specks / CLEAN_SPECK_COUNT - mean / CLEAN_SCALE).float()
 
 
 def contrast_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
@@ -166,4 +182,4 @@ def contrast_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
 
 __all__ = ["color_reward", "position_reward", "size_reward", "sharpness_reward", "clean_reward", "contrast_reward",
-           "ink_color", "ink_side", "stray_ink"]
+           "above_background", "ink_color", "ink_side", "stray_ink"]
