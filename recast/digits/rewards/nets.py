@@ -139,11 +139,16 @@ def _mild(images: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 
 
 def digit_batch(gen: torch.Generator, n: int = 128, glyph_split: str = "base") -> tuple[torch.Tensor, torch.Tensor]:
-    """Canvases of random prompts (all combinations), mildly augmented; targets = digit labels."""
+    """Canvases of random prompts (all combinations), mildly augmented, then each quality defect the base model is
+    taught (`recast.digits.corruption.DEFECTS`) injected with probability 1/2: the digit reward scores identity,
+    not sharpness or cleanliness. Targets = digit labels."""
+    from recast.digits.corruption import Corruption, inject_defects
+
     specs = data.all_specs()
     prompts = [specs[i] for i in torch.randint(len(specs), (n,), generator=gen).tolist()]
     images = data.render(prompts, glyph_split=glyph_split, generator=gen)
-    return digit_input(_mild(images, gen)), torch.tensor([p.digit for p in prompts])
+    images, _ = inject_defects(_mild(images, gen), Corruption(blur=0.5, speckle=0.5, fade=0.5), gen)
+    return digit_input(images), torch.tensor([p.digit for p in prompts])
 
 
 def realism_batch(gen: torch.Generator, n: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
