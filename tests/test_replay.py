@@ -10,7 +10,8 @@ import torch
 from recast.config import preset
 from recast.trainer import Trainer, load_run
 from recast.trainer.advantages import STD_EPS, group_advantages
-from recast.trainer.checkpoint import check_plain
+from recast.io import write_json
+from recast.trainer.checkpoint import check_plain, check_resume_config
 from recast.trainer.replay import (ReplayBuffer, draw, group_offsets, informativeness_weights, priorities,
                                    replay_count, restandardise)
 from recast.trainer.validate import validate_config
@@ -204,9 +205,10 @@ def test_turning_replay_on_does_not_move_the_fresh_stream(tmp_path):
     assert off.metrics[0]["reward_queries"] == on.metrics[0]["reward_queries"] == 4
 
 
-def test_resume_with_replay_is_bit_exact(tmp_path):
+@pytest.mark.parametrize("method, priority", [("recast", "informativeness"), ("reward_sum", "advantage")])
+def test_resume_with_replay_is_bit_exact(tmp_path, method, priority):
     # half a batch replayed: the draw at iteration 2 already uses the replay generator, whose state must be saved
-    cfg = _cfg(iterations=4, replay_share=0.5, replay_priority="informativeness", kl_beta=0.1)
+    cfg = _cfg(iterations=4, replay_share=0.5, method=method, replay_priority=priority, kl_beta=0.1)
     straight = Trainer(cfg, tmp_path / "straight")
     straight.run()
     Trainer(cfg.replace(iterations=2), tmp_path / "split").run()
@@ -216,7 +218,7 @@ def test_resume_with_replay_is_bit_exact(tmp_path):
     for name in ("params", "old", "ema"):
         for a, b in zip(getattr(straight.policy, name), getattr(second.policy, name)):
             assert torch.equal(a, b), name
-    assert torch.equal(straight.W, second.W)
+    assert (straight.W is None and second.W is None) if method == "reward_sum" else torch.equal(straight.W, second.W)
     assert straight.replay.prompts == second.replay.prompts
     for name in ("x0", "R", "offset", "iteration"):
         assert torch.equal(getattr(straight.replay, name), getattr(second.replay, name)), name
@@ -224,3 +226,12 @@ def test_resume_with_replay_is_bit_exact(tmp_path):
     a, b = load_run(tmp_path / "straight"), load_run(tmp_path / "split")
     assert _strip(a.metrics) == _strip(b.metrics) and a.weights == b.weights
     assert [r["replay/fraction"] for r in a.metrics] == [0.0, 1 / 3, 1 / 3, 1 / 3]
+
+
+def test_runs_made_before_replay_still_resume(tmp_path):
+    cfg = preset("ci")
+    saved = {k: v for k, v in cfg.to_dict().items() if not k.startswith("replay_")}  # a config.json from before
+    write_json(tmp_path / "config.json", saved)
+    check_resume_config(tmp_path, cfg.to_dict())
+    with pytest.raises(ValueError, match="replay_share: config.json 0.0 vs now 1.0"):
+        check_resume_config(tmp_path, cfg.replace(replay_share=1.0).to_dict())
