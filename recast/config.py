@@ -17,6 +17,7 @@ BACKENDS = ("nft", "grpo")
 STD_SCOPES = ("global", "group")
 NFT_NORMS = ("velocity", "x0", "none")  # adaptive normalisation of the NFT loss (RECAST.md §4)
 SDE_TYPES = ("cps", "flow_grpo")  # grpo rollout step (RECAST.md §4)
+REPLAY_PRIORITIES = ("recency", "advantage", "informativeness")  # how replay draws (recast.trainer.replay)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,15 @@ class TrainConfig:
     tracker_window: int = 16  # iterations of (p_clean, proxy) pairs pooled for each tweedie estimate of D
     tracker_min_pairs: int = 96  # W stays lambda/T until every trained column has this many pooled pairs (cpu: 6 its)
     tracker_bootstrap: int = 64  # bootstrap replicates for the noise share of the gains (0: no shrinkage)
+
+    # --- trajectory replay (nft only; recast.trainer.replay) ---
+    replay_share: float = 0.0  # replayed samples per fresh sample in each iteration's training batch (0 = off; 1 =
+    #                            as many replayed as fresh); they cost no reward queries (raw rewards are stored)
+    replay_priority: str = "advantage"  # recency (1 / age) | advantage (sum_k lam_k |A_k|) | informativeness
+    #                                     (|A_k| weighted by lam_k x the reward's D gain over the trained columns;
+    #                                     method="recast" only)
+    replay_capacity: int = 256  # samples the buffer holds; the oldest go first when it is full
+    replay_max_age: int = 8  # a sample is replayed at most this many iterations after it was drawn, then dropped
 
     # --- optimisation ---
     lora_rank: int = 8  # LoRA rank on the attention projections; 0 = full fine-tuning

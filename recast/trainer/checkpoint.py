@@ -30,6 +30,9 @@ FORMAT = "recast-checkpoint/2"  # version 1 (pickled numpy RNG states) needed we
 LOG_FILES = ("metrics.jsonl", "weights.jsonl", "eval.jsonl")
 # Fields that may change between a run and its resumption (they do not change the trajectory up to the checkpoint).
 RESUMABLE_FIELDS = ("iterations", "progress", "log_with", "checkpoint_every", "eval_every", "grid_every")
+# Fields added after runs existed, whose default reproduces those runs exactly: a config.json that lacks one matches
+# a config that holds its default (so runs made before trajectory replay still resume).
+LATER_FIELDS = ("replay_share", "replay_priority", "replay_capacity", "replay_max_age")
 
 
 class CheckpointError(ValueError):
@@ -135,7 +138,8 @@ def load_checkpoint(run_dir: str | Path) -> dict:
 def check_resume_config(run_dir: str | Path, cfg_dict: dict, source: str | None = None) -> None:
     """Raise ValueError naming each field where `cfg_dict` differs from the run's saved config.json.
 
-    Fields in RESUMABLE_FIELDS may differ (e.g. more iterations).
+    Fields in RESUMABLE_FIELDS may differ (e.g. more iterations); a field in LATER_FIELDS missing from one side
+    counts as its default.
 
     Args:
         run_dir: the run directory.
@@ -148,12 +152,18 @@ def check_resume_config(run_dir: str | Path, cfg_dict: dict, source: str | None 
     saved = read_json(path)
     if not isinstance(saved, dict):
         raise ValueError(f"cannot resume: {path} does not hold a recast config (a JSON object)")
+    from recast.config import TrainConfig
+
     now = to_jsonable(cfg_dict)
+    default = TrainConfig().to_dict()
+    later = {k: default[k] for k in LATER_FIELDS}
     diff = [k for k in sorted(set(saved) | set(now))
-            if k not in RESUMABLE_FIELDS and not k.startswith("_") and saved.get(k) != now.get(k)]
+            if k not in RESUMABLE_FIELDS and not k.startswith("_")
+            and saved.get(k, later.get(k)) != now.get(k, later.get(k))]
     if diff:
         label = source or "now"
-        detail = ", ".join(f"{k}: config.json {saved.get(k)!r} vs {label} {now.get(k)!r}" for k in diff)
+        detail = ", ".join(f"{k}: config.json {saved.get(k, later.get(k))!r} vs {label} {now.get(k, later.get(k))!r}"
+                           for k in diff)
         raise ValueError(f"cannot resume {run_dir}: config differs from the saved config.json ({detail}); "
                          "resume with the same settings or start a new --out")
 

@@ -27,6 +27,8 @@ from recast.trainer.backends import NonFiniteLossError, Rollouts, grpo_optimise,
 from recast.trainer.evaluation import evaluate as evaluate_policy
 from recast.trainer.metrics import PhaseTimer, load_run
 from recast.trainer.policy import Policy, old_decay
+from recast.trainer.replay import ReplayBuffer
+from recast.trainer.replay_step import replay_batch
 from recast.trainer.rundir import RunLock
 from recast.trainer.validate import RUN_FILES, RUN_MARKER, check_out_dir, check_run_dir, validate_config
 
@@ -95,6 +97,15 @@ class Trainer:
         self.K, self.T = len(self.reward_names), cfg.num_steps
         self.sigmas = sigma_schedule(cfg.num_steps, cfg.shift)
         self.gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.acc.process_index)
+        self.replay = self.replay_gen = None
+        if cfg.replay_share > 0:
+            if self.acc.num_processes > 1:  # each process would hold its own buffer, and only the main one is saved
+                raise ValueError("config field replay_share: trajectory replay runs on one process only for now "
+                                 f"({self.acc.num_processes} processes here); set replay_share=0")
+            self.replay = ReplayBuffer(cfg.replay_capacity, cfg.replay_max_age)
+            # its own stream: turning replay on must not shift the prompts, noise and columns of the fresh batch
+            self.replay_gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + 500_009)
+        self.queries = {"images": 0, "proxies": 0}  # reward queries so far: fresh samples scored, x0_hat proxies scored
         trained = cfg.num_steps - 1 if (cfg.backend == "grpo" or cfg.skip_last_column) else cfg.num_steps
         self.tracker = InformativenessTracker(self.K, self.T, cfg.alpha, cfg.tracker_ema, window=cfg.tracker_window,
                                               min_pairs=cfg.tracker_min_pairs, bootstrap=cfg.tracker_bootstrap,
@@ -179,10 +190,15 @@ class Trainer:
                 reward_sum(R_all, self.lam), cfg.group_size, **norm)
         W_used = self.W
         info_mask = self._info_mask() if self.tracker is not None else None
+        signal = (train_adv.p if cfg.backend == "nft" else train_adv.A)[:, local]
+        batch, replay_rec = ro, {}
+        if self.replay is not None:
+            with timer("replay"):
+                batch, signal, info_mask, replay_rec = replay_batch(self, ro, R_all, train_adv, signal, info_mask)
+        n_replay = batch.x0.shape[0] - ro.x0.shape[0]
         with timer("optimisation"):
             backend = nft_optimise if cfg.backend == "nft" else grpo_optimise
-            signal = (train_adv.p if cfg.backend == "nft" else train_adv.A)[:, local]
-            out = backend(self.model, self.policy, ro, signal, W_used, self.sigmas, cfg, self.gen, self.acc,
+            out = backend(self.model, self.policy, batch, signal, W_used, self.sigmas, cfg, self.gen, self.acc,
                           info_mask)
             grad_norm = self._optimiser_step()
         if self.tracker is not None:
@@ -197,9 +213,12 @@ class Trainer:
                             "iteration": i + 1, "D": self.D, "gains": self.tracker.gains(), "W": self.W,
                             "noise_share": self.tracker.noise_share, "pairs": self.tracker.pairs_per_row(),
                             "ready": self.tracker.ready()})
+        if self.replay is not None:  # after the draw: a sample is replayed from the next iteration on
+            self.replay.add(ro.prompts, ro.x0, R, replay_rec.pop("_offsets"), iteration=i + 1)
         self.policy.update_old(old_decay(i, cfg.old_decay_rate, cfg.old_decay_max))
         self.policy.update_ema(cfg.ema_decay)
         self.iteration = i + 1
+        self._count_queries(R_all.shape[1], out)
         rec = {"iteration": i + 1, "reward/weighted": float(reward_sum(R_all, self.lam).mean())}
         for k, name in enumerate(self.reward_names):
             rec[f"reward/{name}/mean"], rec[f"reward/{name}/std"] = float(R_all[k].mean()), float(R_all[k].std())
@@ -208,6 +227,10 @@ class Trainer:
             rec["silenced/reward_sum"] = float(train_adv.silenced[0])
         rec.update({f"loss/{k}": v for k, v in out.parts.items()})
         rec["grad_norm"] = grad_norm
+        # replayed samples cost no reward query: curves against reward queries read these two counters
+        rec["reward_queries"], rec["reward_queries_proxy"] = self.queries["images"], self.queries["proxies"]
+        rec["replay/fraction"] = n_replay / (ro.x0.shape[0] + n_replay)
+        rec.update(replay_rec)
         rec["zero_std_frac"] = float((R_all.reshape(R_all.shape[0], -1, cfg.group_size).std(-1) == 0).float().mean())
         rec.update({f"time/{k}": v for k, v in timer.times.items()})
         rec["time/total"] = time.perf_counter() - start
@@ -217,6 +240,14 @@ class Trainer:
         if cfg.log_with:
             self.acc.log({k: v for k, v in rec.items() if isinstance(v, float)}, step=i + 1)
         return rec
+
+    def _count_queries(self, fresh: int, out) -> None:
+        """Add this iteration's reward queries: every fresh sample (all processes), every x0_hat proxy scored."""
+        self.queries["images"] += int(fresh)
+        n = 0 if out.proxy_x0 is None else int(out.proxy_x0.shape[0])
+        if self.acc.num_processes > 1:
+            n = int(self.acc.gather(torch.tensor([n], device=self.acc.device)).sum())
+        self.queries["proxies"] += n
 
     def _info_mask(self) -> torch.Tensor:
         """Samples whose x0_hat is scored for informativeness (all of them by default); evenly spread, no RNG used."""
@@ -263,8 +294,13 @@ class Trainer:
         """Everything needed to continue bit-exactly."""
         return {"iteration": self.iteration, "config": self.cfg.to_dict(), "reward_names": list(self.reward_names),
                 "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "rng": ckpt.capture_rng({"train": self.gen}), "W": self.W, "D": self.D,
-                "tracker": self.tracker.state_dict() if self.tracker is not None else None}
+                "rng": ckpt.capture_rng(self._generators()), "W": self.W, "D": self.D,
+                "tracker": self.tracker.state_dict() if self.tracker is not None else None,
+                "queries": dict(self.queries), "replay": self.replay.state_dict() if self.replay is not None else None}
+
+    def _generators(self) -> dict[str, torch.Generator]:
+        """The run's own RNG streams (the replay draw has its own, so replay off leaves the others as they were)."""
+        return {"train": self.gen} if self.replay_gen is None else {"train": self.gen, "replay": self.replay_gen}
 
     def save(self) -> None:
         """Atomically write the checkpoint (main process), after checking that every weight in it is finite.
@@ -302,9 +338,14 @@ class Trainer:
             raise ValueError(f"checkpoint rewards {state['reward_names']} differ from {list(self.reward_names)}")
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
-        ckpt.restore_rng(state["rng"], {"train": self.gen})
+        ckpt.restore_rng(state["rng"], self._generators())
         if self.tracker is not None:
             self.tracker.load_state_dict(state["tracker"])
+        if self.replay is not None:
+            self.replay.load_state_dict(state["replay"])
+        # a checkpoint from before the counters: every iteration scored B fresh samples; its proxies are unknown (0)
+        self.queries = {k: int(v) for k, v in (state.get("queries") or {
+            "images": int(state["iteration"]) * self.cfg.B * self.acc.num_processes, "proxies": 0}).items()}
         self.W, self.D, self.iteration = state["W"], state["D"], int(state["iteration"])
         if self.main:
             if "logs" in state:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from recast.config import (BACKENDS, METHODS, NFT_NORMS, SDE_TYPES, STD_SCOPES, TrainConfig, check_field_types,
-                           resolve_rewards, resolve_world)
+from recast.config import (BACKENDS, METHODS, NFT_NORMS, REPLAY_PRIORITIES, SDE_TYPES, STD_SCOPES, TrainConfig,
+                           check_field_types, resolve_rewards, resolve_world)
 from recast.io import check_safetensors, read_json
 from recast.solver import min_temperature
 from recast.trainer.advantages import normalise_budgets, validate_W
@@ -60,7 +60,8 @@ def _ranges(cfg: TrainConfig) -> list[tuple[str, bool]]:
             ("reward_std_floor >= 0", cfg.reward_std_floor >= 0), ("0 < cps_noise_level <= 1",
             0 < cfg.cps_noise_level <= 1), ("tracker_window >= 1", cfg.tracker_window >= 1),
             ("tracker_min_pairs >= 0", cfg.tracker_min_pairs >= 0), ("tracker_bootstrap >= 0",
-            cfg.tracker_bootstrap >= 0)]
+            cfg.tracker_bootstrap >= 0), ("replay_share >= 0 (0 = replay off)", cfg.replay_share >= 0),
+            ("replay_capacity >= 1", cfg.replay_capacity >= 1), ("replay_max_age >= 1", cfg.replay_max_age >= 1)]
 
 
 def _check_device(device: str) -> None:
@@ -128,8 +129,32 @@ def validate_config(cfg: TrainConfig) -> RunSpec:
         _need(cfg.temperature >= smallest, f"config field temperature: {cfg.temperature:g} is below the smallest "
                                            f"temperature the weight solver resolves at floor={cfg.floor:g}: "
                                            f"{smallest:.3g}")
+    _check_replay(cfg)
     _check_device(cfg.device)
     return RunSpec(world, names, lam)
+
+
+def _check_replay(cfg: TrainConfig) -> None:
+    """Trajectory replay (`recast.trainer.replay`): a backend that can use stale samples, and a buffer that can fill."""
+    from recast.trainer.replay import replay_count
+
+    _need(cfg.replay_priority in REPLAY_PRIORITIES,
+          f"unknown replay_priority {cfg.replay_priority!r}; choose one of {REPLAY_PRIORITIES}")
+    if cfg.replay_share == 0:
+        return
+    _need(cfg.backend == "nft", f"config field replay_share: {cfg.replay_share:g} > 0 needs backend='nft'; the grpo "
+                                "backend cannot replay samples, because its PPO ratio needs the log-probs of the "
+                                "policy that drew them, and a stored sample's drawing policy is gone (no importance "
+                                "correction is implemented); set replay_share=0 or backend='nft'")
+    _need(cfg.replay_priority != "informativeness" or cfg.method == "recast",
+          f"config field replay_priority: 'informativeness' reads ReCAST's D gains, which only method='recast' "
+          f"estimates (method is {cfg.method!r}); use replay_priority='advantage' or 'recency'")
+    n = replay_count(cfg.replay_share, cfg.B)
+    _need(n >= 1, f"config field replay_share: {cfg.replay_share:g} x batch size {cfg.B} rounds to 0 replayed "
+                  "samples per iteration; raise it or set 0 to turn replay off")
+    _need(cfg.replay_capacity >= n, f"config field replay_capacity: {cfg.replay_capacity} is smaller than the "
+                                    f"{n} samples replayed per iteration (replay_share {cfg.replay_share:g} x batch "
+                                    f"size {cfg.B}); raise replay_capacity")
 
 
 def check_out_dir(out_dir: str | os.PathLike) -> Path:
