@@ -1,0 +1,127 @@
+"""Single-reward runs: does each training reward, alone, raise the held-out judge that checks the same property?
+
+    runs = plan_alone(rewards=("digit", "color"), seeds=(0, 1, 2))     # uniform method, cpu preset, one reward each
+    run_sweep(runs, jobs=2)                                             # recast.sweep's resumable runner
+    table = alone_table(collect(runs))                                  # one row per (reward, judge)
+
+A reward passes when its matching judge (`MATCHING_JUDGES`) improves on the base model by more than its seed-std
+across seeds, and no other judge gets worse by more than one seed-std (the paired change final − base over the same
+seeds; "worse" follows each metric's direction, `recast.stats.lower_is_better`). For the quality rewards the matching
+judges are their defect rate and the Fréchet distance to held-out real canvases.
+
+    python -m recast.alone --rewards digit,color,position,size,sharpness,clean,contrast,realism --seeds 0,1,2 --jobs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["MATCHING_JUDGES", "plan_alone", "alone_table", "main"]
+
+# reward -> the held-out judges that check the same property
+MATCHING_JUDGES: dict[str, tuple[str, ...]] = {
+    "digit": ("judge/digit",), "color": ("judge/color",), "position": ("judge/position",), "size": ("judge/size",),
+    "sharpness": ("judge/defect_blur", "judge/fid"), "clean": ("judge/defect_speckle", "judge/fid"),
+    "contrast": ("judge/defect_fade", "judge/fid"), "realism": ("judge/fid",),
+}
+
+
+def plan_alone(*, rewards: tuple[str, ...], seeds: tuple[int, ...] = (0, 1, 2), world: str = "data/digit_base",
+               preset: str = "cpu", iterations: int | None = None, method: str = "uniform",
+               out_root: str | Path = "runs/alone"):
+    """One `recast.sweep.SweepRun` per (reward, seed): ``python -m recast train --rewards <reward>``, λ = (1,).
+
+    Raises:
+        ValueError: an unknown reward (no matching judge), no seeds or duplicate seeds, an unknown preset.
+    """
+    from recast.config import preset as make_preset
+    from recast.sweep import SweepRun
+
+    make_preset(preset)
+    unknown = sorted(set(rewards) - set(MATCHING_JUDGES))
+    if unknown or not rewards:
+        raise ValueError(f"rewards {unknown or list(rewards)}: choose from {', '.join(MATCHING_JUDGES)}")
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct and non-empty, got {seeds}")
+    runs = []
+    for reward in rewards:
+        for seed in seeds:
+            out = Path(out_root) / reward / f"seed_{seed}"
+            args = ["--preset", preset, "--world", world, "--rewards", reward, "--method", method, "--lam", "1",
+                    "--seed", str(seed), "--out", str(out), "--set", "num_threads=1"]
+            if iterations is not None:
+                args += ["--iterations", str(iterations)]
+            runs.append(SweepRun("alone", reward, (1.0,), method, seed, out, tuple(args)))
+    return runs
+
+
+def alone_table(rows: list[dict]) -> list[dict]:
+    """Per (reward, judge): the paired change final − base over seeds, its seed-std, and whether it is the matching
+    judge; plus a ``verdict`` row per reward ("pass" / "fail") under judge ``"*"``.
+
+    Args:
+        rows: `recast.sweep.collect` rows of `plan_alone` runs (they carry ``base:<metric>``).
+    """
+    from recast.stats import lower_is_better
+
+    out = []
+    for reward in sorted({r["budget"] for r in rows}, key=list(MATCHING_JUDGES).index):
+        sel = [r for r in rows if r["budget"] == reward]
+        judges = [k for k in sel[0] if k.startswith("judge/") and f"base:{k}" in sel[0]]
+        ok_match, ok_others = [], []
+        for j in judges:
+            d = np.array([r[j] - r[f"base:{j}"] for r in sel], dtype=float)
+            std = float(d.std(ddof=1)) if len(d) > 1 else 0.0
+            better = -d.mean() if lower_is_better(j) else d.mean()  # > 0: the judge improved
+            match = j in MATCHING_JUDGES[reward]
+            (ok_match if match else ok_others).append(better > std if match else better >= -std)
+            out.append({"reward": reward, "judge": j, "matching": match, "n": len(d), "delta": float(d.mean()),
+                        "seed_std": std, "improved": bool(better > std), "worse": bool(better < -std)})
+        train = np.array([r[f"reward/{reward}"] - r[f"base:reward/{reward}"] for r in sel], dtype=float)
+        passed = bool(ok_match) and all(ok_match) and all(ok_others)
+        out.append({"reward": reward, "judge": "*", "matching": True, "n": len(sel), "delta": float(train.mean()),
+                    "seed_std": float(train.std(ddof=1)) if len(train) > 1 else 0.0, "improved": passed,
+                    "worse": not passed})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: plan, run (resumable) and tabulate single-reward runs; writes ``<results>/alone{,_runs}.csv``."""
+    from recast.io import write_csv
+    from recast.sweep import collect, results_dir, run_sweep
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rewards", default=",".join(MATCHING_JUDGES), help="comma-separated rewards")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--preset", default="cpu")
+    p.add_argument("--world", default="data/digit_base")
+    p.add_argument("--iterations", type=int)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--out", default="runs/alone")
+    p.add_argument("--name", default="alone", help="results file stem under data/results (or $RECAST_RESULTS_DIR)")
+    a = p.parse_args(argv)
+    runs = plan_alone(rewards=tuple(x for x in a.rewards.split(",") if x),
+                      seeds=tuple(int(s) for s in a.seeds.split(",") if s), world=a.world, preset=a.preset,
+                      iterations=a.iterations, out_root=a.out)
+    report = run_sweep(runs, jobs=a.jobs)
+    for path, err in report.failed.items():
+        print(f"failed: {path}\n{err}")
+    rows = collect(runs)
+    table = alone_table(rows)
+    write_csv(results_dir() / f"{a.name}_runs.csv", rows)
+    write_csv(results_dir() / f"{a.name}.csv", table)
+    print("| reward | judge | Δ (final − base) | seed-std | verdict |\n|---|---|---|---|---|")
+    for r in table:
+        tag = ("PASS" if r["improved"] else "FAIL") if r["judge"] == "*" else \
+            ("matching, " if r["matching"] else "") + ("up" if r["improved"] else "down" if r["worse"] else "flat")
+        label = "training reward" if r["judge"] == "*" else r["judge"]
+        print(f"| {r['reward']} | {label} | {r['delta']:+.3f} | {r['seed_std']:.3f} | {tag} |")
+    print(f"\n{len(report.ran)} runs trained, {len(report.skipped)} skipped in {report.wall_time_s:.0f} s")
+    return 1 if report.failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

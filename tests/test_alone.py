@@ -1,0 +1,50 @@
+"""Single-reward runs: the plan is one CLI command per (reward, seed), and the table's verdicts follow their rule."""
+
+import pytest
+
+from recast.alone import MATCHING_JUDGES, alone_table, plan_alone
+from recast.digits.judges.agreement import MATCHING_VERDICT
+
+
+def _row(reward, seed, digit, color, fid, train):
+    return {"budget": reward, "seed": seed, "judge/digit": digit[1], "base:judge/digit": digit[0],
+            "judge/color": color[1], "base:judge/color": color[0], "judge/fid": fid[1], "base:judge/fid": fid[0],
+            f"reward/{reward}": train[1], f"base:reward/{reward}": train[0]}
+
+
+def test_every_reward_with_a_judge_has_matching_judges():
+    assert set(MATCHING_JUDGES) == set(MATCHING_VERDICT)
+
+
+def test_plan_is_one_single_reward_command_per_seed(tmp_path):
+    runs = plan_alone(rewards=("digit", "clean"), seeds=(0, 1), out_root=tmp_path)
+    assert [(r.budget, r.seed) for r in runs] == [("digit", 0), ("digit", 1), ("clean", 0), ("clean", 1)]
+    assert all(r.lam == (1.0,) and r.method == "uniform" for r in runs)
+    cmd = runs[2].command
+    assert "--rewards clean" in cmd and "--lam 1" in cmd and f"--out {tmp_path / 'clean' / 'seed_0'}" in cmd
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(rewards=("hue",)), "hue"), (dict(rewards=()), "choose from"),
+                                           (dict(rewards=("digit",), seeds=(1, 1)), "distinct"),
+                                           (dict(rewards=("digit",), preset="huge"), "preset")])
+def test_bad_plans_are_refused(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        plan_alone(out_root=tmp_path, **kwargs)
+
+
+def test_verdicts_follow_the_seed_std_rule():
+    # digit alone: its judge rises by 0.1 +- 0.05 (> std) and colour moves by at most its spread -> pass.
+    # The Fréchet distance is lower-is-better: a rise of 10 +- 1 is a drop in quality by more than one std.
+    rows = [_row("digit", 0, (0.3, 0.35), (0.5, 0.52), (40, 41), (0.2, 0.3)),
+            _row("digit", 1, (0.3, 0.45), (0.5, 0.48), (40, 39), (0.2, 0.4)),
+            _row("color", 0, (0.3, 0.3), (0.5, 0.6), (40, 49), (0.4, 0.6)),
+            _row("color", 1, (0.3, 0.3), (0.5, 0.7), (40, 51), (0.4, 0.7))]
+    table = {(r["reward"], r["judge"]): r for r in alone_table(rows)}
+    d = table[("digit", "judge/digit")]
+    assert d["matching"] and d["delta"] == pytest.approx(0.1) and d["seed_std"] == pytest.approx(0.0707, abs=1e-4)
+    assert d["improved"] and not d["worse"]
+    assert table[("digit", "*")]["improved"] and table[("digit", "*")]["delta"] == pytest.approx(0.15)
+    fid = table[("color", "judge/fid")]
+    assert fid["delta"] == pytest.approx(10) and fid["worse"] and not fid["matching"]
+    assert table[("color", "judge/color")]["improved"]
+    assert not table[("color", "*")]["improved"]  # its matching judge rose, but the Fréchet distance got worse
