@@ -146,8 +146,9 @@ def test_cps_samples_score_like_ode_samples_on_every_reward(base):
         r_ode, r_cps, r_old = (reward(world.decode(x), prompts) for x in (ode, cps, old))
     z = reward_agreement(r_cps, r_ode)
     assert (z.abs() < 3.5).all(), dict(zip(names, z.tolist()))
-    # Flow-GRPO's step at T = 6 leaves noise in the samples: several rewards are far outside Monte-Carlo error
-    assert (reward_agreement(r_old, r_ode).abs() > 5).sum() >= 3
+    # Flow-GRPO's step at T = 6 leaves noise in the samples: some rewards are far outside Monte-Carlo error
+    # (on the committed base: sharpness z = 9.0, clean z = -16.3; the others 0.8 to 4.6)
+    assert (reward_agreement(r_old, r_ode).abs() > 5).sum() >= 2
 
 
 @pytest.mark.slow
@@ -159,11 +160,12 @@ def test_ground_truth_consistency_on_the_base_model(base):
                              substeps=2, bootstrap=50, seed=0)["rollout"]
     checks = prof.checks
     assert max(checks["dp_z"]) <= 3.0, dict(zip(names, checks["dp_z"]))  # data processing, up to MC error
-    # Continuations of forward-noised samples end on the samples' own reward distribution. Known gap: "clean" sits
-    # at z ≈ −5 whatever the sub-grid (2, 4, 8 substeps: −4.8, −4.8, −5.5), so the base model's posterior is not
-    # self-consistent for that reward; it is reported, not hidden (README, figure 02).
-    ends = {n: z for n, z in zip(names, checks["ends_z"]) if n != "clean"}
+    # Continuations of forward-noised samples end on the samples' own reward distribution, for every reward.
+    ends = dict(zip(names, checks["ends_z"]))
     assert max(abs(z) for z in ends.values()) <= 3.0, ends
     torch.testing.assert_close(prof.W.sum(1), torch.full((8,), 1 / 8, dtype=torch.float64))
-    assert prof.silenced[names.index("color")]  # the base model's colour reward is constant: no signal
-    assert (prof.D[names.index("color")] == 0).all()
+    # Every compose reward has signal on this base (colour, constant on the old one, now varies). Realism does not:
+    # its CNN scores every sample as fake (README, "Do the rewards teach what the judges check?"), so it is silenced.
+    silenced = dict(zip(names, prof.silenced.tolist()))
+    assert not any(silenced[n] for n in names if n != "realism") and silenced["realism"], silenced
+    assert (prof.D[names.index("realism")] == 0).all()

@@ -88,10 +88,11 @@ def test_load_world_names_the_missing_file(world, tmp_path):
 @pytest.mark.skipif(not (BASE / "world.json").is_file(),
                     reason="data/digit_base not committed yet: python -m recast.digits.pretrain --out data/digit_base")
 def test_base_checkpoint_is_in_the_quality_band():
-    """The committed base model is good but imperfect: roughly 1/3 of ODE samples pass the strict judge.
+    """The committed base model leaves room on every attribute at once, so few samples pass the strict judge.
 
-    Measured 0.30 (train prompts) / 0.31 (test prompts) on 128 samples (data/README.md, "digit_base"); the bounds
-    leave room for the sampling error of 64 samples (sd ~ 0.06).
+    Each attribute is right on 35-62 % of test samples (tests/test_base_model.py, data/README.md "digit_base"), so
+    all four at once are right on about their product, 0.08 (0.078 on 256 samples); the bounds leave room for the
+    sampling error of 64 samples (sd ~ 0.03) and exclude both a model with nothing to learn and a broken one.
     """
     pytest.importorskip("recast.digits.judges.attributes", reason="recast/digits/judges not available")
     from recast.digits.pretrain import evaluate_world
@@ -99,5 +100,5 @@ def test_base_checkpoint_is_in_the_quality_band():
     start = time.time()
     world = load_world(BASE)
     frac = evaluate_world(world, n=64, seed=0).strict
-    assert 0.2 <= frac <= 2 / 3, f"strict judge fraction {frac:.3f} outside [0.2, 2/3]"
+    assert 0.01 <= frac <= 0.25, f"strict judge fraction {frac:.3f} outside [0.01, 0.25]"
     assert time.time() - start < 20
