@@ -77,7 +77,7 @@ def audit_world(world, *, n: int = 256, split: str = "test", num_steps: int = 10
     images, prompts = sample_world(world, n=n, split=split, num_steps=num_steps, shift=shift, seed=seed)
     judges = {k: v for k, v in judge_report(images, prompts).as_dict().items() if k != "n"}
     judges.update({f"defect_{k}": v for k, v in defect_report(images).as_dict().items() if k != "n"})
-    names = [name for setting in R.SETTINGS.values() for name in setting]
+    names = list(dict.fromkeys(name for setting in R.SETTINGS.values() for name in setting))
     scores = {name: R.get(name)("cpu")(images, prompts) for name in names}
     agreement = {k: a.auc for k, a in reward_judge_agreement(images, prompts, scores).items()}
     return WorldAudit(judges, agreement, {k: float(v.mean()) for k, v in scores.items()}, n, split, num_steps,
