@@ -66,11 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--overwrite", action="store_true", help="start over even if OUT holds a run")
     t.add_argument("--set", type=_override, action="append", default=[], metavar="FIELD=VALUE",
                    help="override any TrainConfig field (repeatable), e.g. --set nft_beta=0.5")
-    d = sub.add_parser("demo", help="ReCAST vs uniform and reward_sum, same seeds; summary and paired tables, a figure")
+    d = sub.add_parser("demo", help="ReCAST vs uniform (and other methods), same seeds; summary and paired tables, a figure")
     d.add_argument("--preset", default="cpu", help="ci | cpu | gpu")
     d.add_argument("--setting", default="compose", help="compose | quality")
     d.add_argument("--lam", type=_floats, default=(), help="budgets (default: equal)")
-    d.add_argument("--methods", default="recast,uniform,reward_sum", help="comma-separated methods to compare")
+    d.add_argument("--methods", default="recast,uniform",
+                   help="comma-separated methods to compare, e.g. recast,uniform,reward_sum")
     d.add_argument("--seeds", default="0,1,2", help="comma-separated seeds; every method runs every seed")
     d.add_argument("--iterations", type=int, help="override the preset's iterations")
     d.add_argument("--workers", type=int, help="parallel training processes (default: CPU count)")

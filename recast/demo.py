@@ -33,7 +33,8 @@ class DemoResult:
         wall_time_s: wall-clock seconds of the whole demo.
         paired: ReCAST − baseline per (baseline, metric) over the shared seeds (`paired`); empty without ReCAST.
         efficiency: per (baseline, judge) the share of the baseline's images ReCAST needs to reach the baseline's
-            final value (`efficiency`).
+            final value (`efficiency`; None where the baseline did not improve on its start, or ReCAST never gets
+            there).
     """
 
     out_dir: Path
@@ -61,7 +62,8 @@ class DemoResult:
                       "share of the baseline's images (< 1: ReCAST is faster; 'not reached': it never gets there).", "",
                       "| baseline | judge | baseline final | ReCAST final | images ratio |", "|---|---|---|---|---|"]
             for r in self.efficiency:
-                ratio = "not reached" if r["ratio"] is None else f"{r['ratio']:.2f}"
+                ratio = "baseline did not improve" if not r["baseline_improved"] else \
+                    "not reached" if r["ratio"] is None else f"{r['ratio']:.2f}"
                 lines.append(f"| {r['baseline']} | {r['metric']} | {r['baseline_final']:.3f} | {r['method_final']:.3f} "
                              f"| {ratio} |")
         return "\n".join(lines)
@@ -104,7 +106,7 @@ def run_demo(
     preset_name: str = "cpu",
     setting: str = "compose",
     lam: tuple[float, ...] = (),
-    methods: tuple[str, ...] = ("recast", "uniform", "reward_sum"),
+    methods: tuple[str, ...] = ("recast", "uniform"),
     seeds: tuple[int, ...] = (0, 1, 2),
     iterations: int | None = None,
     workers: int | None = None,
@@ -216,7 +218,8 @@ def paired(runs: dict[str, list[Path]], *, method: str = "recast", confidence: f
 
 def efficiency(runs: dict[str, list[Path]], *, method: str = "recast", prefix: str = "judge/") -> list[dict]:
     """For each baseline and each eval metric under ``prefix``: the share of the baseline's images ``method`` needs
-    to reach the baseline's final seed-mean value (`recast.stats.efficiency_ratio`; None: never reached)."""
+    to reach the baseline's final seed-mean value (`recast.stats.efficiency_ratio`). ``ratio`` is None when the
+    method never gets there, or when the baseline ended no better than it started (``baseline_improved`` False)."""
     from recast.stats import efficiency_ratio, lower_is_better
     from recast.sweep import images_per_iteration
     from recast.trainer.metrics import load_run
@@ -237,9 +240,13 @@ def efficiency(runs: dict[str, list[Path]], *, method: str = "recast", prefix: s
             (xa, ya), (xb, yb) = mean_curve(method, key), mean_curve(baseline, key)
             if not np.array_equal(xa, xb):
                 raise ValueError(f"{method} and {baseline} were evaluated at different sample counts")
-            ratio = efficiency_ratio(xa, ya, yb, higher_is_better=not lower_is_better(key))
+            higher = not lower_is_better(key)
+            # a ratio is only meaningful when the baseline improved on its start: otherwise the start already
+            # "reaches" its final value and every method would score 0
+            improved = (yb[-1] > yb[0]) if higher else (yb[-1] < yb[0])
+            ratio = efficiency_ratio(xa, ya, yb, higher_is_better=higher) if improved else None
             out.append({"method": method, "baseline": baseline, "metric": key, "baseline_final": float(yb[-1]),
-                        "method_final": float(ya[-1]), "ratio": ratio})
+                        "method_final": float(ya[-1]), "ratio": ratio, "baseline_improved": bool(improved)})
     return out
 
 
