@@ -22,7 +22,7 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "compose": ("digit", "color", "position", "size"),
     "quality": ("sharpness", "clean", "contrast", "realism"),
     # positive control for the timing of credit: on the committed base model the ground truth puts colour's gains
-    # earliest (centre of mass at grid column 1.95 of 6) and clean's latest (3.06); README "When is each reward
+    # earliest (centre of mass at grid column 1.92 of 0..5) and clean's latest (3.05); README "When is each reward
     # informative?"
     "timing": ("color", "clean"),
 }
