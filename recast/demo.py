@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DemoResult", "run_demo", "summarise", "paired", "efficiency", "plot_demo"]
+__all__ = ["DemoResult", "run_demo", "summarise", "paired", "efficiency", "efficiency_label", "plot_demo"]
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,8 @@ class DemoResult:
                       "share of the baseline's images (< 1: ReCAST is faster; 'not reached': it never gets there).", "",
                       "| baseline | judge | baseline final | ReCAST final | images ratio |", "|---|---|---|---|---|"]
             for r in self.efficiency:
-                ratio = "baseline did not improve" if not r["baseline_improved"] else \
-                    "not reached" if r["ratio"] is None else f"{r['ratio']:.2f}"
                 lines.append(f"| {r['baseline']} | {r['metric']} | {r['baseline_final']:.3f} | {r['method_final']:.3f} "
-                             f"| {ratio} |")
+                             f"| {efficiency_label(r)} |")
         return "\n".join(lines)
 
 
@@ -248,6 +246,13 @@ def efficiency(runs: dict[str, list[Path]], *, method: str = "recast", prefix: s
             out.append({"method": method, "baseline": baseline, "metric": key, "baseline_final": float(yb[-1]),
                         "method_final": float(ya[-1]), "ratio": ratio, "baseline_improved": bool(improved)})
     return out
+
+
+def efficiency_label(row: dict) -> str:
+    """How an `efficiency` row reads in a table: the ratio, "not reached", or "baseline did not improve"."""
+    if not row["baseline_improved"]:
+        return "baseline did not improve"
+    return "not reached" if row["ratio"] is None else f"{row['ratio']:.2f}"
 
 
 def plot_demo(runs: dict[str, list[Path]], rows: list[dict] | None = None):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def tables(demo_dir: Path) -> str:
-    from recast.demo import efficiency, paired, summarise
+    from recast.demo import efficiency, efficiency_label, paired, summarise
 
     methods = [m for m in ("recast", "uniform", "reward_sum") if (demo_dir / m).is_dir()]
     runs = {m: sorted((demo_dir / m).glob("seed_*"), key=lambda p: int(p.name.split("_")[1])) for m in methods}
@@ -42,9 +42,8 @@ def tables(demo_dir: Path) -> str:
     out += ["", "| baseline | judge | baseline final | ReCAST final | images ReCAST needs / baseline's |",
             "|---|---|---|---|---|"]
     for r in eff:
-        ratio = "baseline did not improve" if not r["baseline_improved"] else \
-            "not reached" if r["ratio"] is None else f"{r['ratio']:.2f}"
-        out.append(f"| {r['baseline']} | {r['metric']} | {r['baseline_final']:.3f} | {r['method_final']:.3f} | {ratio} |")
+        out.append(f"| {r['baseline']} | {r['metric']} | {r['baseline_final']:.3f} | {r['method_final']:.3f} | "
+                   f"{efficiency_label(r)} |")
     return "\n".join(out)
 
 
