@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MATCHING_JUDGES", "plan_alone", "alone_table", "main"]
+__all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "alone_table", "main"]
 
 # reward -> the held-out judges that check the same property
 MATCHING_JUDGES: dict[str, tuple[str, ...]] = {
@@ -58,6 +58,19 @@ def plan_alone(*, rewards: tuple[str, ...], seeds: tuple[int, ...] = (0, 1, 2), 
     return runs
 
 
+def change_over_seeds(rows: list[dict], metric: str) -> dict:
+    """The paired change final − base of ``metric`` over the runs in ``rows`` (one per seed, carrying
+    ``base:<metric>``): ``n``, ``delta`` (mean), ``seed_std`` (ddof 1; 0 for one seed), and ``improved`` / ``worse``
+    (the change beats one seed-std in the metric's better / worse direction, `recast.stats.lower_is_better`)."""
+    from recast.stats import lower_is_better
+
+    d = np.array([r[metric] - r[f"base:{metric}"] for r in rows], dtype=float)
+    std = float(d.std(ddof=1)) if len(d) > 1 else 0.0
+    better = -d.mean() if lower_is_better(metric) else d.mean()  # > 0: the metric improved
+    return {"n": len(d), "delta": float(d.mean()), "seed_std": std, "improved": bool(better > std),
+            "worse": bool(better < -std)}
+
+
 def alone_table(rows: list[dict]) -> list[dict]:
     """Per (reward, judge): the paired change final − base over seeds, its seed-std, and whether it is the matching
     judge; plus a ``verdict`` row per reward ("pass" / "fail") under judge ``"*"``.
@@ -65,26 +78,20 @@ def alone_table(rows: list[dict]) -> list[dict]:
     Args:
         rows: `recast.sweep.collect` rows of `plan_alone` runs (they carry ``base:<metric>``).
     """
-    from recast.stats import lower_is_better
-
     out = []
     for reward in sorted({r["budget"] for r in rows}, key=list(MATCHING_JUDGES).index):
         sel = [r for r in rows if r["budget"] == reward]
         judges = [k for k in sel[0] if k.startswith("judge/") and f"base:{k}" in sel[0]]
         ok_match, ok_others = [], []
         for j in judges:
-            d = np.array([r[j] - r[f"base:{j}"] for r in sel], dtype=float)
-            std = float(d.std(ddof=1)) if len(d) > 1 else 0.0
-            better = -d.mean() if lower_is_better(j) else d.mean()  # > 0: the judge improved
+            c = change_over_seeds(sel, j)
             match = j in MATCHING_JUDGES[reward]
-            (ok_match if match else ok_others).append(better > std if match else better >= -std)
-            out.append({"reward": reward, "judge": j, "matching": match, "n": len(d), "delta": float(d.mean()),
-                        "seed_std": std, "improved": bool(better > std), "worse": bool(better < -std)})
-        train = np.array([r[f"reward/{reward}"] - r[f"base:reward/{reward}"] for r in sel], dtype=float)
+            (ok_match if match else ok_others).append(c["improved"] if match else not c["worse"])
+            out.append({"reward": reward, "judge": j, "matching": match, **c})
+        train = change_over_seeds(sel, f"reward/{reward}")
         passed = bool(ok_match) and all(ok_match) and all(ok_others)
-        out.append({"reward": reward, "judge": "*", "matching": True, "n": len(sel), "delta": float(train.mean()),
-                    "seed_std": float(train.std(ddof=1)) if len(train) > 1 else 0.0, "improved": passed,
-                    "worse": not passed})
+        out.append({"reward": reward, "judge": "*", "matching": True, "n": train["n"], "delta": train["delta"],
+                    "seed_std": train["seed_std"], "improved": passed, "worse": not passed})
     return out
 
 

@@ -14,8 +14,8 @@ import numpy as np
 
 
 def main(setting: str, kls: list[str]) -> None:
+    from recast.alone import change_over_seeds
     from recast.io import write_csv
-    from recast.stats import lower_is_better
     from recast.sweep import collect, plan_sweep, results_dir, run_sweep
 
     out = []
@@ -25,13 +25,11 @@ def main(setting: str, kls: list[str]) -> None:
         run_sweep(runs, jobs=2)
         rows = collect(runs)
         for m in [k for k in rows[0] if k.startswith(("judge/", "reward/")) and f"base:{k}" in rows[0]]:
-            d = np.array([r[m] - r[f"base:{m}"] for r in rows])
-            std = float(d.std(ddof=1))
-            worse = d.mean() > std if lower_is_better(m) else d.mean() < -std
-            out.append({"setting": setting, "kl_beta": float(kl), "metric": m, "n": len(d),
-                        "base": float(np.mean([r[f"base:{m}"] for r in rows])), "delta": float(d.mean()),
-                        "seed_std": std, "worse_by_more_than_std": bool(worse)})
-            print(f"kl_beta={kl:>4} {m:24s} Δ {d.mean():+9.3f} ± {std:.3f}{'  WORSE' if worse else ''}")
+            c = change_over_seeds(rows, m)
+            out.append({"setting": setting, "kl_beta": float(kl), "metric": m, "n": c["n"],
+                        "base": float(np.mean([r[f"base:{m}"] for r in rows])), "delta": c["delta"],
+                        "seed_std": c["seed_std"], "worse_by_more_than_std": c["worse"]})
+            print(f"kl_beta={kl:>4} {m:24s} Δ {c['delta']:+9.3f} ± {c['seed_std']:.3f}{'  WORSE' if c['worse'] else ''}")
     write_csv(results_dir() / f"kl_tuning_{setting}.csv", out)
 
 
