@@ -29,7 +29,8 @@ def main(setting: str, kls: list[str]) -> None:
             out.append({"setting": setting, "kl_beta": float(kl), "metric": m, "n": c["n"],
                         "base": float(np.mean([r[f"base:{m}"] for r in rows])), "delta": c["delta"],
                         "seed_std": c["seed_std"], "worse_by_more_than_std": c["worse"]})
-            print(f"kl_beta={kl:>4} {m:24s} Δ {c['delta']:+9.3f} ± {c['seed_std']:.3f}{'  WORSE' if c['worse'] else ''}")
+            flag = "  WORSE" if c["worse"] else ""
+            print(f"kl_beta={kl:>4} {m:24s} Δ {c['delta']:+9.3f} ± {c['seed_std']:.3f}{flag}")
     write_csv(results_dir() / f"kl_tuning_{setting}.csv", out)
 
 
