@@ -49,6 +49,27 @@ def test_notebooks_are_committed_without_outputs_and_have_one_parameters_cell():
         assert tagged == [1], f"{path.name}: the parameters cell must be the second code cell, and the only one"
 
 
+def test_papermill_reads_every_parameter_with_its_type_and_help(caplog):
+    """`papermill -p NAME VALUE` must know every parameter: a line it cannot parse (e.g. a second `=` in the help
+    comment) makes it warn "Unable to parse line" and "Passed unknown parameter" on every batch run."""
+    import ast
+    import json
+    import logging
+
+    import papermill
+
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = json.loads(path.read_text())
+        cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+        assigned = [n.target.id for n in ast.parse("".join(cell["source"])).body if isinstance(n, ast.AnnAssign)]
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="papermill"):
+            found = papermill.inspect_notebook(str(path))
+        assert not [r.getMessage() for r in caplog.records if "Unable to parse" in r.getMessage()], path.name
+        assert list(found) == assigned, f"{path.name}: papermill sees {list(found)}, the cell assigns {assigned}"
+        assert all(p["inferred_type_name"] != "None" and p["help"] for p in found.values()), path.name
+
+
 def test_atomic_writes_get_the_mode_a_plain_open_would(tmp_path):
     import os
     import stat
