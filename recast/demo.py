@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from recast.stats import efficiency_label
+
 __all__ = ["DemoResult", "run_demo", "summarise", "paired", "efficiency", "efficiency_label", "plot_demo"]
 
 
@@ -218,7 +220,7 @@ def efficiency(runs: dict[str, list[Path]], *, method: str = "recast", prefix: s
     """For each baseline and each eval metric under ``prefix``: the share of the baseline's images ``method`` needs
     to reach the baseline's final seed-mean value (`recast.stats.efficiency_ratio`). ``ratio`` is None when the
     method never gets there, or when the baseline ended no better than it started (``baseline_improved`` False)."""
-    from recast.stats import efficiency_ratio, lower_is_better
+    from recast.stats import efficiency_row, lower_is_better
     from recast.sweep import images_per_iteration
     from recast.trainer.metrics import load_run
 
@@ -238,21 +240,9 @@ def efficiency(runs: dict[str, list[Path]], *, method: str = "recast", prefix: s
             (xa, ya), (xb, yb) = mean_curve(method, key), mean_curve(baseline, key)
             if not np.array_equal(xa, xb):
                 raise ValueError(f"{method} and {baseline} were evaluated at different sample counts")
-            higher = not lower_is_better(key)
-            # a ratio is only meaningful when the baseline improved on its start: otherwise the start already
-            # "reaches" its final value and every method would score 0
-            improved = (yb[-1] > yb[0]) if higher else (yb[-1] < yb[0])
-            ratio = efficiency_ratio(xa, ya, yb, higher_is_better=higher) if improved else None
-            out.append({"method": method, "baseline": baseline, "metric": key, "baseline_final": float(yb[-1]),
-                        "method_final": float(ya[-1]), "ratio": ratio, "baseline_improved": bool(improved)})
+            out.append({"method": method, "baseline": baseline, "metric": key,
+                        **efficiency_row(xa, ya, yb, higher_is_better=not lower_is_better(key))})
     return out
-
-
-def efficiency_label(row: dict) -> str:
-    """How an `efficiency` row reads in a table: the ratio, "not reached", or "baseline did not improve"."""
-    if not row["baseline_improved"]:
-        return "baseline did not improve"
-    return "not reached" if row["ratio"] is None else f"{row['ratio']:.2f}"
 
 
 def plot_demo(runs: dict[str, list[Path]], rows: list[dict] | None = None):

@@ -123,3 +123,26 @@ def efficiency_ratio(images: Sequence[float], method_curve: Sequence[float], bas
     need = images_to_reach(images, method_curve, float(np.asarray(baseline_curve, dtype=float)[-1]),
                            higher_is_better=higher_is_better)
     return None if need is None else need / float(np.asarray(images, dtype=float)[-1])
+
+
+def efficiency_row(images: Sequence[float], method_curve: Sequence[float], baseline_curve: Sequence[float], *,
+                   higher_is_better: bool = True) -> dict:
+    """One row of a sample-efficiency table: both final values, the `efficiency_ratio`, and whether the baseline
+    improved on its start at all.
+
+    A ratio is only meaningful when the baseline ended better than it started: otherwise the start already "reaches"
+    its final value and every method would score 0. So ``ratio`` is None both when the method never reaches the
+    baseline's final value and when ``baseline_improved`` is False (`efficiency_label` tells the two apart).
+    """
+    b = np.asarray(baseline_curve, dtype=float)
+    improved = bool(b[-1] > b[0]) if higher_is_better else bool(b[-1] < b[0])
+    ratio = efficiency_ratio(images, method_curve, b, higher_is_better=higher_is_better) if improved else None
+    return {"baseline_final": float(b[-1]), "method_final": float(np.asarray(method_curve, dtype=float)[-1]),
+            "ratio": ratio, "baseline_improved": improved}
+
+
+def efficiency_label(row: dict) -> str:
+    """How an `efficiency_row` reads in a table: the ratio, "not reached", or "baseline did not improve"."""
+    if not row["baseline_improved"]:
+        return "baseline did not improve"
+    return "not reached" if row["ratio"] is None else f"{row['ratio']:.2f}"

@@ -286,8 +286,9 @@ def compare(rows: list[dict], *, method: str = "recast", baseline: str = "unifor
 
 def efficiency(curve_rows: list[dict], metric: str, *, method: str = "recast", baseline: str = "uniform") -> list[dict]:
     """Per (setting, budget): images the method needs to reach the baseline's final seed-mean value of `metric`,
-    as a ratio of the baseline's images (None: never reached), from seed-mean curves at shared evaluations."""
-    from recast.stats import efficiency_ratio, lower_is_better
+    as a ratio of the baseline's images, from seed-mean curves at shared evaluations (`recast.stats.efficiency_row`:
+    ``ratio`` is None when it is never reached, or when ``baseline_improved`` is False)."""
+    from recast.stats import efficiency_row, lower_is_better
 
     out = []
     for setting, budget in sorted({(r["setting"], r["budget"]) for r in curve_rows}, key=str):
@@ -300,7 +301,6 @@ def efficiency(curve_rows: list[dict], metric: str, *, method: str = "recast", b
         (xa, ya), (xb, yb) = mean_curve(method), mean_curve(baseline)
         if len(xa) == 0 or not np.array_equal(xa, xb):
             continue
-        ratio = efficiency_ratio(xa, ya, yb, higher_is_better=not lower_is_better(metric))
         out.append({"setting": setting, "budget": budget, "method": method, "baseline": baseline, "metric": metric,
-                    "baseline_final": float(yb[-1]), "method_final": float(ya[-1]), "ratio": ratio})
+                    **efficiency_row(xa, ya, yb, higher_is_better=not lower_is_better(metric))})
     return out

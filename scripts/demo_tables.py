@@ -14,7 +14,8 @@ from pathlib import Path
 
 
 def tables(demo_dir: Path) -> str:
-    from recast.demo import efficiency, efficiency_label, paired, summarise
+    from recast.demo import efficiency, paired, summarise
+    from recast.stats import efficiency_label
 
     methods = [m for m in ("recast", "uniform", "reward_sum") if (demo_dir / m).is_dir()]
     runs = {m: sorted((demo_dir / m).glob("seed_*"), key=lambda p: int(p.name.split("_")[1])) for m in methods}

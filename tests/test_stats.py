@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from recast.stats import efficiency_ratio, images_to_reach, lower_is_better, paired_difference, tally
+from recast.stats import (efficiency_label, efficiency_ratio, efficiency_row, images_to_reach, lower_is_better,
+                          paired_difference, tally)
 
 
 def test_paired_interval_matches_the_t_formula():
@@ -71,3 +72,20 @@ def test_efficiency_ratio():
     assert efficiency_ratio(x, fast, slow) == pytest.approx(0.25)  # reaches 0.4 at 100 of 400 images
     assert efficiency_ratio(x, slow, fast) is None
     assert efficiency_ratio(x, slow, slow) == pytest.approx(1.0)
+
+
+def test_efficiency_row_refuses_a_ratio_when_the_baseline_did_not_improve():
+    x = [0, 100, 200, 300, 400]
+    fast, slow, flat = [0.0, 0.4, 0.6, 0.7, 0.8], [0.0, 0.2, 0.3, 0.35, 0.4], [0.5, 0.7, 0.6, 0.4, 0.5]
+    row = efficiency_row(x, fast, slow)
+    assert row == {"baseline_final": 0.4, "method_final": 0.8, "ratio": pytest.approx(0.25), "baseline_improved": True}
+    assert efficiency_label(row) == "0.25"
+    assert efficiency_label(efficiency_row(x, slow, fast)) == "not reached"
+    # a baseline that ends where it started: its start already "reaches" its end, so no ratio is given
+    row = efficiency_row(x, fast, flat)
+    assert row["ratio"] is None and not row["baseline_improved"]
+    assert efficiency_label(row) == "baseline did not improve"
+    # lower-is-better metrics (the Fréchet distance) flip both the crossing and the improvement test
+    fid_fast, fid_slow = [100.0, 60.0, 50.0, 45.0, 40.0], [100.0, 90.0, 80.0, 70.0, 60.0]
+    assert efficiency_row(x, fid_fast, fid_slow, higher_is_better=False)["ratio"] == pytest.approx(0.25)
+    assert not efficiency_row(x, fid_fast, fid_fast[::-1], higher_is_better=False)["baseline_improved"]

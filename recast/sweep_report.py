@@ -1,0 +1,139 @@
+"""Markdown tables of a finished λ-sweep, read from the CSVs notebooks 05 and 06 write to `data/results/`.
+
+    python -m recast.sweep_report                       # the committed sweep: lambda_sweep*.csv, judge_eval.csv
+    python -m recast.sweep_report --name lambda_sweep_ci --judge judge_eval_ci
+
+Nothing in the README's sweep section is typed by hand: it is this module's output. Cells are the paired ReCAST −
+baseline difference over seeds; a trailing **W** (win) or *L* (loss) marks a cell whose 95 % interval excludes zero,
+a bare number is a tie. The Fréchet distance and the defect rates are lower-is-better, so a negative difference there
+is a win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+__all__ = ["read_rows", "tally_table", "paired_table", "efficiency_table", "win_rate_table", "report"]
+
+_MARK = {"win": " **W**", "loss": " *L*", "tie": ""}
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """CSV rows as dicts, numbers parsed (empty cells become None)."""
+    def parse(v: str):
+        if v == "":
+            return None
+        for cast in (int, float):
+            try:
+                return cast(v)
+            except ValueError:
+                pass
+        return {"True": True, "False": False}.get(v, v)
+
+    with open(path, newline="") as f:
+        return [{k: parse(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def _cells(rows: list[dict]) -> list[tuple[str, str]]:
+    return list(dict.fromkeys((r["setting"], r["budget"]) for r in rows))
+
+
+def _fmt(metric: str, value: float) -> str:
+    return f"{value:+.1f}" if metric.endswith("fid") else f"{value:+.3f}"
+
+
+def tally_table(paired: list[dict]) -> str:
+    """Win / tie / loss counts per baseline and setting, judges and training rewards apart."""
+    lines = ["| baseline | setting | judges: win / tie / loss | training rewards: win / tie / loss |",
+             "|---|---|---|---|"]
+    for b in dict.fromkeys(r["baseline"] for r in paired):
+        for s in dict.fromkeys(r["setting"] for r in paired):
+            sel = [r for r in paired if r["baseline"] == b and r["setting"] == s]
+            counts = []
+            for prefix in ("judge/", "reward/"):
+                v = [r["verdict"] for r in sel if r["metric"].startswith(prefix)]
+                counts.append(" / ".join(str(v.count(k)) for k in ("win", "tie", "loss")))
+            lines.append(f"| {b} | {s} | {counts[0]} | {counts[1]} |")
+    return "\n".join(lines)
+
+
+def paired_table(paired: list[dict], baseline: str, prefix: str = "judge/") -> str:
+    """Rows: setting / budget; columns: the metrics under `prefix`; cells: the paired difference and its verdict."""
+    sel = [r for r in paired if r["baseline"] == baseline and r["metric"].startswith(prefix)]
+    metrics = list(dict.fromkeys(r["metric"] for r in sel))
+    by = {(r["setting"], r["budget"], r["metric"]): r for r in sel}
+    lines = ["| setting / budget | " + " | ".join(m.split("/", 1)[1] for m in metrics) + " |",
+             "|---|" + "---|" * len(metrics)]
+    for s, b in _cells(sel):
+        cells = [(_fmt(m, by[(s, b, m)]["diff"]) + _MARK[by[(s, b, m)]["verdict"]]) if (s, b, m) in by else "–"
+                 for m in metrics]
+        lines.append(f"| {s} / {b} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def efficiency_table(eff: list[dict], metrics: tuple[str, ...] = ("judge/strict", "reward/weighted")) -> str:
+    """Images ReCAST needs to reach each baseline's final seed-mean value, as a share of the baseline's images."""
+    from recast.stats import efficiency_label
+
+    by = {(r["setting"], r["budget"], r["baseline"], r["metric"]): r for r in eff}
+    baselines = list(dict.fromkeys(r["baseline"] for r in eff))
+    head = [f"{m.split('/', 1)[1]} vs {b}" for b in baselines for m in metrics]
+    lines = ["| setting / budget | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
+    for s, bud in _cells(eff):
+        cells = [efficiency_label(by[(s, bud, b, m)]) if (s, bud, b, m) in by else "–" for b in baselines
+                 for m in metrics]
+        lines.append(f"| {s} / {bud} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def win_rate_table(win_rows: list[dict]) -> str:
+    """Pairwise-judge win rate of ReCAST against each baseline (ties count half) with its interval and verdict."""
+    baselines = list(dict.fromkeys(r["baseline"] for r in win_rows))
+    by = {(r["setting"], r["budget"], r["baseline"]): r for r in win_rows}
+    lines = ["| setting / budget | " + " | ".join(f"vs {b}: win rate [95 % CI] (W / T / L)" for b in baselines)
+             + " |", "|---|" + "---|" * len(baselines)]
+    for s, bud in _cells(win_rows):
+        cells = []
+        for b in baselines:
+            r = by.get((s, bud, b))
+            cells.append("–" if r is None else f"{r['win_rate']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+                         f"{_MARK[r['verdict']]} ({r['wins']} / {r['ties']} / {r['losses']})")
+        lines.append(f"| {s} / {bud} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def report(results: str | Path, name: str = "lambda_sweep", judge: str | None = "judge_eval") -> str:
+    """Every README table of one sweep: the tally, the paired judge and reward tables per baseline, the sample
+    efficiency, and (when notebook 06 has run) the pairwise-judge win rates."""
+    results = Path(results)
+    paired = read_rows(results / f"{name}_paired.csv")
+    out = ["Win / tie / loss of ReCAST per baseline (a cell is a win or a loss only when its 95 % interval over "
+           "seeds excludes zero):", "", tally_table(paired)]
+    for b in dict.fromkeys(r["baseline"] for r in paired):
+        out += ["", f"Held-out judges, ReCAST − {b} (paired over seeds):", "", paired_table(paired, b, "judge/"),
+                "", f"Training rewards, ReCAST − {b}:", "", paired_table(paired, b, "reward/")]
+    eff_path = results / f"{name}_efficiency.csv"
+    if eff_path.exists():
+        out += ["", "Images ReCAST needs to reach the baseline's final value, as a share of the baseline's images:",
+                "", efficiency_table(read_rows(eff_path))]
+    if judge and (results / f"{judge}.csv").exists():
+        out += ["", "Pairwise judge, ReCAST against each baseline over every (seed, prompt) pair:", "",
+                win_rate_table(read_rows(results / f"{judge}.csv"))]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from recast.sweep import results_dir
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--results", default=str(results_dir()), help="folder holding the sweep's CSVs")
+    p.add_argument("--name", default="lambda_sweep", help="notebook 05's results_name")
+    p.add_argument("--judge", default="judge_eval", help="notebook 06's results_name ('' to leave it out)")
+    args = p.parse_args(argv)
+    print(report(args.results, args.name, args.judge or None))
+
+
+if __name__ == "__main__":
+    main()
