@@ -111,7 +111,10 @@ class JudgeEval:
 
     Attributes:
         win_rows: per (setting, budget, baseline): the method's wins / ties / losses against the baseline over every
-            (seed, prompt) pair, the win rate (ties half) and its Wilson interval.
+            (seed, prompt) pair, the pooled win rate (ties half) with its Wilson interval over pairs
+            (``pair_verdict``), and the win rate per seed with a t interval over seeds (``seed_rates``,
+            ``seed_ci_low``, ``seed_ci_high``). ``verdict`` is the seed-level one: pairs within a seed share one
+            trained policy, so only the seed interval carries training's own spread (`recast.winrate.SeedWinRates`).
         judge_rows: per (setting, budget, policy, seed): the world's held-out judges on the shared prompts; the
             policy "base" is the base model.
         grids: (setting, budget) -> policy -> images ``(n, 3, H, W)`` of the first seed (for side-by-side grids).
@@ -135,7 +138,7 @@ def evaluate_sweep(runs: list, *, method: str = "recast", num_prompts: int = 64,
         ValueError: a cell without `method` runs, or runs that have not finished.
     """
     from recast.sweep import is_finished
-    from recast.winrate import aggregate_verdicts
+    from recast.winrate import aggregate_verdicts, win_rates_over_seeds
 
     unfinished = [str(r.out_dir) for r in runs if not is_finished(r)]
     if unfinished:
@@ -146,7 +149,7 @@ def evaluate_sweep(runs: list, *, method: str = "recast", num_prompts: int = 64,
         methods = sorted({r.method for r in in_cell}, key=lambda m: (m != method, m))
         if methods[0] != method:
             raise ValueError(f"cell {cell} has no {method!r} runs")
-        verdicts = {b: [] for b in methods[1:]}
+        verdicts = {b: {} for b in methods[1:]}  # baseline -> seed -> verdicts
         for seed in sorted({r.seed for r in in_cell}):
             by_method = {r.method: r for r in in_cell if r.seed == seed}
             base = load_policy(by_method[method].out_dir, which="base")
@@ -160,12 +163,15 @@ def evaluate_sweep(runs: list, *, method: str = "recast", num_prompts: int = 64,
                                    **base.world.evaluate(x, prompts, seed=noise_seed)})
             for b in methods[1:]:
                 if b in images:
-                    verdicts[b] += pairwise(base.world, images[method], images[b], prompts)
+                    verdicts[b][seed] = pairwise(base.world, images[method], images[b], prompts)
             grids.setdefault(cell, {k: v[:grid_size] for k, v in images.items()})
-        for b, v in verdicts.items():
-            w = aggregate_verdicts(v, confidence=confidence)
+        for b, per_seed in verdicts.items():
+            w = aggregate_verdicts([v for vs in per_seed.values() for v in vs], confidence=confidence)
+            s = win_rates_over_seeds(per_seed.values(), confidence=confidence)
             win_rows.append({"setting": cell[0], "budget": cell[1], "method": method, "baseline": b,
                              "wins": w.wins, "ties": w.ties, "losses": w.losses, "abstained": w.abstained,
                              "win_rate": w.win_rate, "ci_low": w.ci_low, "ci_high": w.ci_high,
-                             "verdict": "win" if w.ci_low > 0.5 else "loss" if w.ci_high < 0.5 else "tie"})
+                             "pair_verdict": "win" if w.ci_low > 0.5 else "loss" if w.ci_high < 0.5 else "tie",
+                             "seeds": len(s.rates), "seed_rates": " ".join(f"{r:.4f}" for r in s.rates),
+                             "seed_ci_low": s.ci_low, "seed_ci_high": s.ci_high, "verdict": s.verdict})
     return JudgeEval(win_rows, judge_rows, grids, prompts)

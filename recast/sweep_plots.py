@@ -83,7 +83,7 @@ def plot_win_rates(rows: list[dict]) -> plt.Figure:
     """Horizontal bars of win / tie / loss shares with the win rate's interval, one bar per (setting, budget,
     baseline) row of `recast.evaluation` output (keys: setting, budget, baseline, wins, ties, losses, win_rate,
     ci_low, ci_high)."""
-    fig, ax = plt.subplots(figsize=(6.0, 0.6 + 0.35 * len(rows)))
+    fig, ax = plt.subplots(figsize=(6.0, 1.3 + 0.4 * len(rows)))
     labels = []
     for i, r in enumerate(rows):
         n = max(r["wins"] + r["ties"] + r["losses"], 1)
@@ -93,9 +93,14 @@ def plot_win_rates(rows: list[dict]) -> plt.Figure:
         ax.barh(i, 1 - w - t, left=w + t, color="tab:red")
         ax.errorbar(r["win_rate"], i, xerr=[[r["win_rate"] - r["ci_low"]], [r["ci_high"] - r["win_rate"]]],
                     fmt="k|", capsize=3)
+        if "seed_rates" in r and np.isfinite(r["seed_ci_low"]):
+            m = float(np.mean([float(x) for x in str(r["seed_rates"]).split()]))
+            ax.errorbar(m, i - 0.3, xerr=[[m - r["seed_ci_low"]], [r["seed_ci_high"] - m]], fmt="o", ms=2,
+                        color="dimgrey", capsize=2, lw=0.8)
         labels.append(f"{r['setting']} / {r['budget']} vs {r['baseline']}")
     ax.axvline(0.5, color="k", lw=0.5, ls=":")
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
-    ax.set(xlim=(0, 1), xlabel="share of pairs: method wins (blue) / ties / loses (red); | = win rate, 95 % CI")
+    ax.set(xlim=(0, 1), xlabel="share of pairs: method wins (blue) / ties / loses (red)\n"
+                               "| win rate, Wilson 95 % over pairs; grey o: seed mean, t 95 % over seeds")
     fig.tight_layout()
     return fig

@@ -89,17 +89,26 @@ def efficiency_table(eff: list[dict], metrics: tuple[str, ...] = ("judge/strict"
 
 
 def win_rate_table(win_rows: list[dict]) -> str:
-    """Pairwise-judge win rate of ReCAST against each baseline (ties count half) with its interval and verdict."""
+    """Pairwise-judge win rate of ReCAST against each baseline (ties count half): pooled over (seed, prompt) pairs
+    with its Wilson interval, and over seeds with its t interval, which decides the verdict
+    (`recast.winrate.SeedWinRates`)."""
     baselines = list(dict.fromkeys(r["baseline"] for r in win_rows))
     by = {(r["setting"], r["budget"], r["baseline"]): r for r in win_rows}
-    lines = ["| setting / budget | " + " | ".join(f"vs {b}: win rate [95 % CI] (W / T / L)" for b in baselines)
-             + " |", "|---|" + "---|" * len(baselines)]
+    head = [f"vs {b}: {what}" for b in baselines
+            for what in ("pairs W / T / L", "win rate [Wilson 95 %]", "seed mean [t 95 %]")]
+    lines = ["| setting / budget | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
     for s, bud in _cells(win_rows):
         cells = []
         for b in baselines:
             r = by.get((s, bud, b))
-            cells.append("–" if r is None else f"{r['win_rate']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
-                         f"{_MARK[r['verdict']]} ({r['wins']} / {r['ties']} / {r['losses']})")
+            if r is None:
+                cells += ["–"] * 3
+                continue
+            rates = [float(x) for x in str(r["seed_rates"]).split()]
+            cells += [f"{r['wins']} / {r['ties']} / {r['losses']}",
+                      f"{r['win_rate']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]",
+                      f"{sum(rates) / len(rates):.2f} [{r['seed_ci_low']:.2f}, {r['seed_ci_high']:.2f}]"
+                      f"{_MARK[r['verdict']]}"]
         lines.append(f"| {s} / {bud} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -119,7 +128,7 @@ def report(results: str | Path, name: str = "lambda_sweep", judge: str | None = 
         out += ["", "Images ReCAST needs to reach the baseline's final value, as a share of the baseline's images:",
                 "", efficiency_table(read_rows(eff_path))]
     if judge and (results / f"{judge}.csv").exists():
-        out += ["", "Pairwise judge, ReCAST against each baseline over every (seed, prompt) pair:", "",
+        out += ["", "Pairwise judge, ReCAST against each baseline (the verdict uses the interval over seeds):", "",
                 win_rate_table(read_rows(results / f"{judge}.csv"))]
     return "\n".join(out)
 

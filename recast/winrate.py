@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["WinRateCI", "aggregate_verdicts"]
+__all__ = ["WinRateCI", "SeedWinRates", "aggregate_verdicts", "win_rates_over_seeds"]
 
 
 @dataclass(frozen=True)
@@ -65,3 +65,42 @@ def aggregate_verdicts(verdicts: Iterable[int | None], confidence: float = 0.95)
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return WinRateCI(wins, losses, ties, counts[None], p, max(0.0, centre - half), min(1.0, centre + half), confidence)
+
+
+@dataclass(frozen=True)
+class SeedWinRates:
+    """Win rate of A over B with the seed as the unit: one rate per seed (each an `aggregate_verdicts` rate over that
+    seed's prompts), their mean, and a Student-t interval of the mean.
+
+    Pairs within a seed share one trained policy, so they are not independent draws of "A against B": the Wilson
+    interval over pooled pairs measures prompt noise only. This interval also carries the seed-to-seed spread of
+    training, the same unit as the paired differences over seeds.
+
+    Attributes:
+        rates: win rate per seed (seeds without usable verdicts are left out).
+        mean: mean of ``rates``.
+        ci_low, ci_high: t interval of the mean at `confidence` (NaN with fewer than two seeds).
+        verdict: "win" when the interval lies above 0.5, "loss" when below, else "tie".
+    """
+
+    rates: tuple[float, ...]
+    mean: float
+    ci_low: float
+    ci_high: float
+    verdict: str
+
+
+def win_rates_over_seeds(verdicts_per_seed: Iterable[Iterable[int | None]], confidence: float = 0.95) -> SeedWinRates:
+    """`SeedWinRates` from each seed's verdicts (+1, -1, 0, None).
+
+    Raises:
+        ValueError: no seed with a usable verdict, or a verdict outside {+1, -1, 0, None}.
+    """
+    from recast.stats import paired_difference
+
+    rates = [aggregate_verdicts(v, confidence).win_rate for v in verdicts_per_seed]
+    rates = tuple(r for r in rates if not math.isnan(r))
+    if not rates:
+        raise ValueError("no seed has a usable verdict")
+    d = paired_difference(rates, [0.5] * len(rates), confidence=confidence)
+    return SeedWinRates(rates, 0.5 + d.mean, 0.5 + d.ci_low, 0.5 + d.ci_high, d.verdict)

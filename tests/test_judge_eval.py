@@ -86,3 +86,22 @@ def test_unfinished_runs_are_refused(runs, tmp_path):
     ghost = SweepRun("compose", "uniform", (0.25,) * 4, "recast", 9, tmp_path / "nothing", ())
     with pytest.raises(ValueError, match="not finished"):
         evaluate_sweep(runs + [ghost])
+
+
+def test_seed_level_win_rate_has_the_t_interval_of_the_seed_rates():
+    from scipy.stats import t
+
+    from recast.winrate import win_rates_over_seeds
+
+    # seed rates 0.6, 0.7, 0.8 (ties count half; the abstention is left out)
+    s = win_rates_over_seeds([[1, 1, 1, -1, 0, 0, -1, 1, -1, 1], [1] * 7 + [-1] * 3 + [None], [1] * 4 + [-1]])
+    assert s.rates == pytest.approx((0.6, 0.7, 0.8)) and s.mean == pytest.approx(0.7)
+    half = t.ppf(0.975, 2) * 0.1 / 3 ** 0.5
+    assert (s.ci_low, s.ci_high) == (pytest.approx(0.7 - half), pytest.approx(0.7 + half))
+    assert s.verdict == "tie"  # 0.5 is inside [0.45, 0.95]: three seeds cannot call it, although 16 of 25 pairs won
+    assert win_rates_over_seeds([[1, 1, 1, -1], [1] * 4 + [-1], [1] * 7 + [-1] * 3]).verdict == "win"  # .75 ± .12
+    assert win_rates_over_seeds([[-1, -1, -1, 1], [-1] * 4 + [1], [-1] * 7 + [1] * 3]).verdict == "loss"
+    one = win_rates_over_seeds([[1, -1]])
+    assert one.rates == (0.5,) and one.ci_low != one.ci_low and one.verdict == "tie"  # NaN interval
+    with pytest.raises(ValueError, match="no seed"):
+        win_rates_over_seeds([[None], []])

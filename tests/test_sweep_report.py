@@ -53,14 +53,17 @@ def test_efficiency_and_win_rate_tables_say_what_was_not_reached(tmp_path):
     assert lines[2:] == ["| compose / uniform | 0.50 | not reached |",
                          "| quality / uniform | baseline did not improve | – |"]
     wins = [{"setting": "compose", "budget": "uniform", "baseline": "uniform", "wins": 30, "ties": 10, "losses": 24,
-             "win_rate": 0.546875, "ci_low": 0.43, "ci_high": 0.66, "verdict": "tie"}]
-    assert win_rate_table(wins).splitlines()[2] == "| compose / uniform | 0.55 [0.43, 0.66] (30 / 10 / 24) |"
+             "win_rate": 0.546875, "ci_low": 0.43, "ci_high": 0.66, "seed_rates": "0.6 0.7 0.8",
+             "seed_ci_low": 0.4516, "seed_ci_high": 0.9484, "verdict": "tie"}]
+    row = "| compose / uniform | 30 / 10 / 24 | 0.55 [0.43, 0.66] | 0.70 [0.45, 0.95] |"
+    assert win_rate_table(wins).splitlines()[2] == row
+    assert win_rate_table([dict(wins[0], verdict="win")]).splitlines()[2] == row[:-2] + " **W** |"
 
     write_csv(tmp_path / "s_paired.csv", compare(_rows(), baseline="uniform"))
     write_csv(tmp_path / "s_efficiency.csv", eff)
     text = report(tmp_path, "s", judge="j")  # no j.csv: the pairwise section is left out, not invented
     assert "Pairwise judge" not in text and "| compose / uniform | 0.50 | not reached |" in text
     write_csv(tmp_path / "j.csv", wins)
-    assert "| compose / uniform | 0.55 [0.43, 0.66] (30 / 10 / 24) |" in report(tmp_path, "s", judge="j")
+    assert row in report(tmp_path, "s", judge="j")
     with pytest.raises(FileNotFoundError):
         report(tmp_path, "missing")
