@@ -8,7 +8,7 @@ import seaborn as sns
 
 from recast.plotting import plot_discriminability, plot_weights
 
-__all__ = ["plot_paired_table", "plot_cell_weights", "plot_efficiency", "plot_win_rates"]
+__all__ = ["plot_paired_table", "plot_cell_weights", "plot_efficiency", "plot_efficiency_grid", "plot_win_rates"]
 
 
 def plot_paired_table(cells: list[dict], metrics: list[str], *, title: str = "") -> plt.Figure:
@@ -39,25 +39,39 @@ def plot_paired_table(cells: list[dict], metrics: list[str], *, title: str = "")
     return fig
 
 
+def _by_setting(keys) -> tuple[list[str], dict[str, list[str]]]:
+    """Settings and each setting's budgets, in first-seen order (uniform first, as `recast.sweep.budget_grid` has it)."""
+    settings = list(dict.fromkeys(s for s, _ in keys))
+    return settings, {s: [b for t, b in keys if t == s] for s in settings}
+
+
 def plot_cell_weights(runs: dict[tuple[str, str], "object"]) -> plt.Figure:
-    """The final W (top) and D_k(σ) (bottom) of one ReCAST run per (setting, budget): the paper's signature figure.
+    """The final W and, below it, D_k(σ) of one ReCAST run per (setting, budget): the paper's signature figure.
+    Two rows per setting (W, then D), one column per budget.
 
     Args:
-        runs: (setting, budget) -> `recast.trainer.metrics.Run` of a method="recast" run.
+        runs: (setting, budget) -> `recast.trainer.metrics.Run` of a method="recast" run, in display order.
     """
-    keys = sorted(runs, key=str)
-    fig, axes = plt.subplots(2, len(keys), figsize=(3.6 * len(keys), 5.6), squeeze=False)
+    settings, budgets = _by_setting(list(runs))
+    ncol = max(len(b) for b in budgets.values())
+    fig, axes = plt.subplots(2 * len(settings), ncol, figsize=(3.6 * ncol, 2.9 * 2 * len(settings)), squeeze=False)
     vmax = max(float(np.max(r.W_at(len(r.metrics))[1])) for r in runs.values())
-    for j, key in enumerate(keys):
-        r = runs[key]
-        it, W = r.W_at(len(r.metrics))
-        plot_weights(W, r.reward_names, ax=axes[0, j], vmax=vmax, annotate=False, cbar=j == len(keys) - 1,
-                     title=f"{key[0]} / {key[1]}: W at iteration {it}")
-        try:
-            it_d, D = r.D_at(len(r.metrics))
-            plot_discriminability(D, r.reward_names, r.sigmas, ax=axes[1, j], title=f"D_k(σ), iteration {it_d}")
-        except ValueError:
-            axes[1, j].set_axis_off()
+    for i, setting in enumerate(settings):
+        for j in range(ncol):
+            top, bottom = axes[2 * i, j], axes[2 * i + 1, j]
+            if j >= len(budgets[setting]):
+                top.set_axis_off(), bottom.set_axis_off()
+                continue
+            budget = budgets[setting][j]
+            r = runs[(setting, budget)]
+            it, W = r.W_at(len(r.metrics))
+            plot_weights(W, r.reward_names, ax=top, vmax=vmax, annotate=False, cbar=j == ncol - 1,
+                         title=f"{setting} / {budget}: W, iteration {it}")
+            try:
+                it_d, D = r.D_at(len(r.metrics))
+                plot_discriminability(D, r.reward_names, r.sigmas, ax=bottom, title=f"D_k(σ), iteration {it_d}")
+            except ValueError:
+                bottom.set_axis_off()
     fig.tight_layout()
     return fig
 
@@ -77,6 +91,23 @@ def plot_efficiency(curve_rows: list[dict], metric: str, *, setting: str, budget
     ax.set(xlabel="images sampled", ylabel=metric.split("/", 1)[-1], title=f"{setting} / {budget}")
     ax.legend(fontsize=7, frameon=False)
     return ax
+
+
+def plot_efficiency_grid(curve_rows: list[dict], metrics: list[str]) -> plt.Figure:
+    """`plot_efficiency` for every (setting, budget) and metric: one row per (metric, setting), one column per
+    budget."""
+    settings, budgets = _by_setting(list(dict.fromkeys((r["setting"], r["budget"]) for r in curve_rows)))
+    ncol = max(len(b) for b in budgets.values())
+    rows = [(m, s) for m in metrics for s in settings]
+    fig, axes = plt.subplots(len(rows), ncol, figsize=(3.6 * ncol, 2.8 * len(rows)), squeeze=False)
+    for i, (metric, setting) in enumerate(rows):
+        for j in range(ncol):
+            if j < len(budgets[setting]):
+                plot_efficiency(curve_rows, metric, setting=setting, budget=budgets[setting][j], ax=axes[i, j])
+            else:
+                axes[i, j].set_axis_off()
+    fig.tight_layout()
+    return fig
 
 
 def plot_win_rates(rows: list[dict]) -> plt.Figure:
