@@ -146,3 +146,24 @@ def efficiency_label(row: dict) -> str:
     if not row["baseline_improved"]:
         return "baseline did not improve"
     return "not reached" if row["ratio"] is None else f"{row['ratio']:.2f}"
+
+
+def row_timing(W) -> tuple[np.ndarray, np.ndarray]:
+    """How far each row of a W (K, T) leaves the static λ/T, and in which direction.
+
+    Returns:
+        early_share: (K,) share of each row in the noisiest half of the columns (the first T // 2); λ/T gives
+            exactly (T // 2) / T, i.e. 0.5 for even T.
+        max_deviation: (K,) largest |W[k, j] / (λ_k / T) − 1| of each row; 0 for λ/T.
+
+    Raises:
+        ValueError: W not 2-D, or a row that does not sum to a positive budget.
+    """
+    W = np.asarray(W, dtype=float)
+    if W.ndim != 2:
+        raise ValueError(f"W must be (K, T), got shape {W.shape}")
+    lam = W.sum(1)
+    if not (lam > 0).all():
+        raise ValueError(f"every row of W must sum to a positive budget, got row sums {lam.tolist()}")
+    T = W.shape[1]
+    return W[:, : T // 2].sum(1) / lam, np.abs(W / (lam[:, None] / T) - 1).max(1)

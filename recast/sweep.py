@@ -238,6 +238,25 @@ def curves(runs: list[SweepRun]) -> list[dict]:
     return out
 
 
+def w_timing(runs: list[SweepRun]) -> list[dict]:
+    """Per finished ReCAST run and reward: where its final W row puts its budget (`recast.stats.row_timing`): the
+    share in the noisiest half of the steps (λ/T: 0.5) and the largest relative deviation from λ/T."""
+    from recast.stats import row_timing
+    from recast.trainer.metrics import load_run
+
+    out = []
+    for run in runs:
+        if run.method != "recast" or not is_finished(run):
+            continue
+        r = load_run(run.out_dir)
+        it, W = r.W_at(10**9)
+        early, dev = row_timing(W)
+        out += [{"setting": run.setting, "budget": run.budget, "seed": run.seed, "reward": name, "iteration": it,
+                 "early_share": float(early[k]), "max_deviation": float(dev[k])}
+                for k, name in enumerate(r.reward_names)]
+    return out
+
+
 def _metrics(rows: list[dict]) -> list[str]:
     keys = []
     for r in rows:

@@ -15,7 +15,8 @@ import argparse
 import csv
 from pathlib import Path
 
-__all__ = ["read_rows", "tally_table", "paired_table", "efficiency_table", "win_rate_table", "report"]
+__all__ = ["read_rows", "tally_table", "paired_table", "efficiency_table", "win_rate_table", "summarise_w_timing",
+           "w_timing_table", "report"]
 
 _MARK = {"win": " **W**", "loss": " *L*", "tie": ""}
 
@@ -113,6 +114,41 @@ def win_rate_table(win_rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def summarise_w_timing(rows: list[dict]) -> list[dict]:
+    """Per (setting, budget, reward) of `recast.sweep.w_timing` rows: the early-half share per seed, its mean, the
+    mean largest deviation from λ/T, and whether the share sits on the same side of 0.5 in every seed."""
+    out = []
+    for key in dict.fromkeys((r["setting"], r["budget"], r["reward"]) for r in rows):
+        sel = [r for r in rows if (r["setting"], r["budget"], r["reward"]) == key]
+        shares = [r["early_share"] for r in sel]
+        out.append({"setting": key[0], "budget": key[1], "reward": key[2], "seeds": len(sel),
+                    "early_shares": " ".join(f"{x:.3f}" for x in shares),
+                    "early_share_mean": sum(shares) / len(shares),
+                    "max_deviation_mean": sum(r["max_deviation"] for r in sel) / len(sel),
+                    "same_side": all(x > 0.5 for x in shares) or all(x < 0.5 for x in shares)})
+    return out
+
+
+def w_timing_table(summary: list[dict]) -> str:
+    """Rows: setting / budget; columns: rewards in first-seen order; cells: early-half shares per seed, marked
+    early (>) or late (<) when every seed agrees."""
+    rewards = {s: list(dict.fromkeys(r["reward"] for r in summary if r["setting"] == s))
+               for s in dict.fromkeys(r["setting"] for r in summary)}
+    by = {(r["setting"], r["budget"], r["reward"]): r for r in summary}
+    lines = []
+    for setting, names in rewards.items():
+        lines += ["" if lines else None, "| " + setting + " / budget | " + " | ".join(names) + " |",
+                  "|---|" + "---|" * len(names)]
+        for bud in dict.fromkeys(r["budget"] for r in summary if r["setting"] == setting):
+            cells = []
+            for n in names:
+                r = by[(setting, bud, n)]
+                mark = "" if not r["same_side"] else " **early**" if r["early_share_mean"] > 0.5 else " **late**"
+                cells.append(r["early_shares"].replace(" ", ", ") + mark)
+            lines.append(f"| {bud} | " + " | ".join(cells) + " |")
+    return "\n".join(x for x in lines if x is not None)
+
+
 def report(results: str | Path, name: str = "lambda_sweep", judge: str | None = "judge_eval") -> str:
     """Every README table of one sweep: the tally, the paired judge and reward tables per baseline, the sample
     efficiency, and (when notebook 06 has run) the pairwise-judge win rates."""
@@ -127,6 +163,10 @@ def report(results: str | Path, name: str = "lambda_sweep", judge: str | None = 
     if eff_path.exists():
         out += ["", "Images ReCAST needs to reach the baseline's final value, as a share of the baseline's images:",
                 "", efficiency_table(read_rows(eff_path))]
+    timing_path = results / f"{name}_w_timing.csv"
+    if timing_path.exists():
+        out += ["", "Share of each ReCAST W row in the noisiest half of the steps, per seed (λ/T: 0.5; **early** / "
+                "**late**: the same side in every seed):", "", w_timing_table(summarise_w_timing(read_rows(timing_path)))]
     if judge and (results / f"{judge}.csv").exists():
         out += ["", "Pairwise judge, ReCAST against each baseline (the verdict uses the interval over seeds):", "",
                 win_rate_table(read_rows(results / f"{judge}.csv"))]

@@ -18,17 +18,15 @@ import numpy as np
 
 def early_shares(demo_dir: Path) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Reward names, early-half shares (seeds, K) and max relative deviations (seeds, K) of the final ReCAST W."""
+    from recast.stats import row_timing
     from recast.trainer.metrics import load_run
 
     shares, devs, names = [], [], None
     for run_dir in sorted((demo_dir / "recast").glob("seed_*")):
         run = load_run(run_dir)
-        _, W = run.W_at(10**9)
-        W = np.asarray(W, dtype=float)
-        K, T = W.shape
-        lam = W.sum(1, keepdims=True)
-        shares.append(W[:, : T // 2].sum(1) / lam[:, 0])
-        devs.append(np.abs(W / (lam / T) - 1).max(1))
+        early, dev = row_timing(run.W_at(10**9)[1])
+        shares.append(early)
+        devs.append(dev)
         names = list(run.reward_names)
     return names, np.array(shares), np.array(devs)
 

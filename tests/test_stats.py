@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from recast.stats import (efficiency_label, efficiency_ratio, efficiency_row, images_to_reach, lower_is_better,
-                          paired_difference, tally)
+                          paired_difference, row_timing, tally)
 
 
 def test_paired_interval_matches_the_t_formula():
@@ -89,3 +89,19 @@ def test_efficiency_row_refuses_a_ratio_when_the_baseline_did_not_improve():
     fid_fast, fid_slow = [100.0, 60.0, 50.0, 45.0, 40.0], [100.0, 90.0, 80.0, 70.0, 60.0]
     assert efficiency_row(x, fid_fast, fid_slow, higher_is_better=False)["ratio"] == pytest.approx(0.25)
     assert not efficiency_row(x, fid_fast, fid_fast[::-1], higher_is_better=False)["baseline_improved"]
+
+
+def test_row_timing_is_half_and_zero_for_the_static_weights_and_reads_a_shift():
+    from recast.solver import static_weights
+
+    early, dev = row_timing(static_weights(np.array([0.5, 0.3, 0.2]), 6))
+    np.testing.assert_allclose(early, 0.5), np.testing.assert_allclose(dev, 0.0, atol=1e-12)
+    W = np.array([[0.3, 0.2, 0.1, 0.0], [0.1, 0.2, 0.3, 0.4]])  # row sums 0.6 and 1.0, T = 4
+    early, dev = row_timing(W)
+    np.testing.assert_allclose(early, [0.5 / 0.6, 0.3 / 1.0])
+    np.testing.assert_allclose(dev, [1.0, 0.6])  # row 0: 0.3 / 0.15 - 1 = |0 / 0.15 - 1| = 1; row 1: 0.1 or 0.4 vs 0.25
+    with pytest.raises(ValueError, match="positive budget"):
+        row_timing([[0.0, 0.0], [1.0, 0.0]])
+    with pytest.raises(ValueError, match="K, T"):
+        row_timing([1.0, 2.0])
+

@@ -9,7 +9,7 @@ import pytest
 
 from recast.io import write_json
 from recast.sweep import (EMPHASIS, budget_grid, collect, compare, curves, efficiency, is_finished, lambda_grid,
-                          plan_sweep, run_sweep, summarise)
+                          plan_sweep, run_sweep, summarise, w_timing)
 
 
 def test_budget_grid_is_uniform_plus_one_emphasis_per_reward():
@@ -93,6 +93,27 @@ def test_aggregation_on_synthetic_runs(tmp_path):
     assert eff["uniform"]["baseline_final"] == pytest.approx(np.mean([0.4, 0.5, 0.65]))
     # recast's mean curve 0, 0.3, 0.6 at 0, 16, 32 images reaches uniform's final 0.5167 at 16 + 16 * 0.2167 / 0.3
     assert eff["uniform"]["ratio"] == pytest.approx((16 + 16 * (0.51667 - 0.3) / 0.3) / 32, rel=1e-3)
+
+
+def test_w_timing_reads_the_last_W_of_each_finished_recast_run(tmp_path):
+    runs = plan_sweep(world="tiny", settings=("compose",), budgets=("uniform",), methods=("recast", "uniform"),
+                      seeds=(0, 1), preset="ci", out_root=tmp_path)
+    for r in runs:
+        _fake_run(r, {"judge/strict": 0.5})
+        cfg = json.loads((r.out_dir / "config.json").read_text())
+        cfg["_run"]["reward_names"] = ["early", "late"]
+        write_json(r.out_dir / "config.json", cfg)
+        Ws = [[[0.25, 0.25, 0.25, 0.25], [0.25, 0.25, 0.25, 0.25]],  # iteration 2: λ/T
+              [[0.4, 0.3, 0.2, 0.1 + r.seed * 0.1], [0.1, 0.2, 0.3, 0.4 - r.seed * 0.1]]]  # iteration 4: the last
+        (r.out_dir / "weights.jsonl").write_text("".join(json.dumps({"iteration": it, "W": W}) + "\n"
+                                                         for it, W in zip((2, 4), Ws)))
+    rows = w_timing(runs)
+    assert [(r["seed"], r["reward"]) for r in rows] == [(0, "early"), (0, "late"), (1, "early"), (1, "late")]
+    assert all(r["iteration"] == 4 for r in rows)  # the last W, and only ReCAST runs
+    early = {(r["seed"], r["reward"]): r["early_share"] for r in rows}
+    assert early[(0, "early")] == pytest.approx(0.7) and early[(0, "late")] == pytest.approx(0.3)
+    assert early[(1, "early")] == pytest.approx(0.7 / 1.1) and early[(1, "late")] == pytest.approx(0.3 / 0.9)
+    assert rows[0]["max_deviation"] == pytest.approx(0.6)  # 0.4 / 0.25 - 1 and |0.1 / 0.25 - 1|
 
 
 def test_sweep_runs_skips_finished_and_a_row_command_reproduces_it(tmp_path, monkeypatch):

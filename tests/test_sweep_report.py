@@ -4,7 +4,8 @@ import pytest
 
 from recast.io import write_csv
 from recast.sweep import compare
-from recast.sweep_report import efficiency_table, paired_table, read_rows, report, tally_table, win_rate_table
+from recast.sweep_report import (efficiency_table, paired_table, read_rows, report, summarise_w_timing, tally_table,
+                                 w_timing_table, win_rate_table)
 
 
 def _rows():
@@ -67,3 +68,18 @@ def test_efficiency_and_win_rate_tables_say_what_was_not_reached(tmp_path):
     assert row in report(tmp_path, "s", judge="j")
     with pytest.raises(FileNotFoundError):
         report(tmp_path, "missing")
+
+
+def test_w_timing_summary_marks_a_side_only_when_every_seed_agrees():
+    rows = [{"setting": "timing", "budget": "uniform", "seed": s, "reward": k, "early_share": v, "max_deviation": d}
+            for s, (c, n, d) in enumerate([(0.61, 0.45, 0.5), (0.63, 0.52, 0.6), (0.65, 0.41, 0.4)])
+            for k, v in (("color", c), ("clean", n))]
+    summary = summarise_w_timing(rows)
+    color, clean = summary
+    assert color["early_shares"] == "0.610 0.630 0.650" and color["early_share_mean"] == pytest.approx(0.63)
+    assert color["max_deviation_mean"] == pytest.approx(0.5) and color["same_side"] and not clean["same_side"]
+    lines = w_timing_table(summary).splitlines()
+    assert lines == ["| timing / budget | color | clean |", "|---|---|---|",
+                     "| uniform | 0.610, 0.630, 0.650 **early** | 0.450, 0.520, 0.410 |"]
+    late = summarise_w_timing([dict(r, early_share=1 - r["early_share"]) for r in rows if r["reward"] == "color"])
+    assert w_timing_table(late).splitlines()[2] == "| uniform | 0.390, 0.370, 0.350 **late** |"
