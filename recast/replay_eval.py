@@ -142,22 +142,19 @@ def efficiency(curve_rows: list[dict], metric: str, methods: tuple[str, ...] = (
     Raises:
         ValueError: from `recast.stats` on malformed curves.
     """
-    from recast.stats import lower_is_better
-
-    sign = -1.0 if lower_is_better(metric) else 1.0
     out = []
     for m in methods:
+        # ratio is None both when replay never gets there and when the no-replay arm ended no better than it
+        # started (its start already "reaches" its end): `baseline_improved` tells them apart
         for e in sweep.efficiency(curve_rows, metric, method=arm(m, True), baseline=m):
             ratio = e["ratio"]
             base = [r for r in curve_rows if (r["setting"], r["budget"], r["method"], r["metric"]) ==
                     (e["setting"], e["budget"], m, metric)]
             total, first = max(r["images"] for r in base), min(r["images"] for r in base)
             start = float(np.mean([r["value"] for r in base if r["images"] == first]))
-            improved = sign * (e["baseline_final"] - start) > 0
             out.append({**e, "baseline_start": start, "queries_baseline": total,
                         "queries_needed": None if ratio is None else ratio * total,
-                        # a no-replay arm that ends no better than it started is "reached" at 0 queries: no gain
-                        "gain": 1.0 / ratio if ratio and improved else None})
+                        "gain": 1.0 / ratio if ratio else None})
     return out
 
 
