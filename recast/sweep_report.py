@@ -45,18 +45,20 @@ def _fmt(metric: str, value: float) -> str:
     return f"{value:+.1f}" if metric.endswith("fid") else f"{value:+.3f}"
 
 
-def tally_table(paired: list[dict]) -> str:
-    """Win / tie / loss counts per baseline and setting, judges and training rewards apart."""
-    lines = ["| baseline | setting | judges: win / tie / loss | training rewards: win / tie / loss |",
-             "|---|---|---|---|"]
+def tally_table(paired: list[dict], confidence: float = 0.95) -> str:
+    """Win / tie / loss counts per baseline and setting, judges and training rewards apart, beside the number of
+    cells that would be called a win or a loss by chance alone if nothing differed ((1 − confidence) × cells)."""
+    lines = ["| baseline | setting | judges: win / tie / loss | training rewards: win / tie / loss | "
+             f"calls expected by chance (judges, rewards; {1 - confidence:.0%} of cells) |", "|---|---|---|---|---|"]
     for b in dict.fromkeys(r["baseline"] for r in paired):
         for s in dict.fromkeys(r["setting"] for r in paired):
             sel = [r for r in paired if r["baseline"] == b and r["setting"] == s]
-            counts = []
+            counts, chance = [], []
             for prefix in ("judge/", "reward/"):
                 v = [r["verdict"] for r in sel if r["metric"].startswith(prefix)]
                 counts.append(" / ".join(str(v.count(k)) for k in ("win", "tie", "loss")))
-            lines.append(f"| {b} | {s} | {counts[0]} | {counts[1]} |")
+                chance.append(f"{(1 - confidence) * len(v):.1f} of {len(v)}")
+            lines.append(f"| {b} | {s} | {counts[0]} | {counts[1]} | {chance[0]}, {chance[1]} |")
     return "\n".join(lines)
 
 

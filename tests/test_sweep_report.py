@@ -32,10 +32,10 @@ def test_tally_and_paired_tables_count_and_mark_each_verdict():
     # the paired t interval of two differences (0.1, 0.2) has half-width t_{0.975,1} * 0.0707 = 0.449: a tie
     assert verdicts == {"judge/strict": "tie", "judge/fid": "tie", "reward/a": "tie"}
     lines = tally_table(paired).splitlines()
-    assert lines[2] == "| uniform | compose | 0 / 2 / 0 | 0 / 1 / 0 |"
+    assert lines[2] == "| uniform | compose | 0 / 2 / 0 | 0 / 1 / 0 | 0.1 of 2, 0.1 of 1 |"
     marked = [dict(c, verdict="win") if c["metric"] == "judge/strict" else
               dict(c, verdict="loss") if c["metric"] == "judge/fid" else c for c in paired]
-    assert tally_table(marked).splitlines()[2] == "| uniform | compose | 1 / 0 / 1 | 0 / 1 / 0 |"
+    assert tally_table(marked).splitlines()[2] == "| uniform | compose | 1 / 0 / 1 | 0 / 1 / 0 | 0.1 of 2, 0.1 of 1 |"
     table = paired_table(marked, "uniform", "judge/").splitlines()
     assert table[0] == "| setting / budget | strict | fid |"
     assert table[2] == "| compose / uniform | +0.150 **W** | +20.0 *L* |"
