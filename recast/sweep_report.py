@@ -116,9 +116,10 @@ def win_rate_table(win_rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def summarise_w_timing(rows: list[dict]) -> list[dict]:
+def summarise_w_timing(rows: list[dict], null: float = 0.0) -> list[dict]:
     """Per (setting, budget, reward) of `recast.sweep.w_timing` rows: the early-half share per seed, its mean, the
-    mean largest deviation from λ/T, and whether the share sits on the same side of 0.5 in every seed."""
+    mean largest deviation from λ/T, and whether every seed's share sits beyond 0.5 ± `null` on the same side
+    (`null`: how far noise alone moves a share, `recast.informativeness.simulate.early_share_null`)."""
     out = []
     for key in dict.fromkeys((r["setting"], r["budget"], r["reward"]) for r in rows):
         sel = [r for r in rows if (r["setting"], r["budget"], r["reward"]) == key]
@@ -126,8 +127,8 @@ def summarise_w_timing(rows: list[dict]) -> list[dict]:
         out.append({"setting": key[0], "budget": key[1], "reward": key[2], "seeds": len(sel),
                     "early_shares": " ".join(f"{x:.3f}" for x in shares),
                     "early_share_mean": sum(shares) / len(shares),
-                    "max_deviation_mean": sum(r["max_deviation"] for r in sel) / len(sel),
-                    "same_side": all(x > 0.5 for x in shares) or all(x < 0.5 for x in shares)})
+                    "max_deviation_mean": sum(r["max_deviation"] for r in sel) / len(sel), "null": null,
+                    "same_side": all(x > 0.5 + null for x in shares) or all(x < 0.5 - null for x in shares)})
     return out
 
 
@@ -165,10 +166,12 @@ def report(results: str | Path, name: str = "lambda_sweep", judge: str | None = 
     if eff_path.exists():
         out += ["", "Images ReCAST needs to reach the baseline's final value, as a share of the baseline's images:",
                 "", efficiency_table(read_rows(eff_path))]
-    timing_path = results / f"{name}_w_timing.csv"
+    timing_path = results / f"{name}_w_timing_summary.csv"
     if timing_path.exists():
+        summary = read_rows(timing_path)
         out += ["", "Share of each ReCAST W row in the noisiest half of the steps, per seed (λ/T: 0.5; **early** / "
-                "**late**: the same side in every seed):", "", w_timing_table(summarise_w_timing(read_rows(timing_path)))]
+                f"**late**: beyond 0.5 ± {summary[0]['null']:.3f}, the 95 % noise band, on the same side in every "
+                "seed):", "", w_timing_table(summary)]
     if judge and (results / f"{judge}.csv").exists():
         out += ["", "Pairwise judge, ReCAST against each baseline (the verdict uses the interval over seeds):", "",
                 win_rate_table(read_rows(results / f"{judge}.csv"))]

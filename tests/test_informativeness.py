@@ -289,3 +289,18 @@ def test_spearman_closed_form_ties_and_constant():
     assert spearman(torch.tensor([1.0, 2, 3, 4]), torch.tensor([1.0, 3, 2, 4])) == pytest.approx(1 - 6 * 2 / (4 * 15))
     assert spearman(torch.tensor([1.0, 2, 2, 3]), torch.tensor([3.0, 2, 2, 1])) == pytest.approx(-1.0)
     assert math.isnan(spearman(torch.tensor([1.0, 1, 1]), torch.tensor([1.0, 2, 3])))
+
+
+def test_early_share_null_is_small_but_not_zero_and_matches_its_definition():
+    """Identical true profiles: every row's early-half share stays near 0.5; the band is the quantile of the
+    simulated |share − 0.5| (recomputed here from the same runs), and it grows with the quantile."""
+    from recast.informativeness.simulate import early_share_null, profiles, simulate_tracker
+    from recast.stats import row_timing
+
+    band = early_share_null(3, quantile=0.9)
+    dev = np.concatenate([np.abs(row_timing(simulate_tracker(profiles("identical"), seed=s).W[-1])[0] - 0.5)
+                          for s in range(3)])
+    assert band == pytest.approx(float(np.quantile(dev, 0.9)))
+    assert 0 < band < 0.05 and early_share_null(3, quantile=0.5) <= band
+    with pytest.raises(ValueError, match="quantile"):
+        early_share_null(3, quantile=1.0)

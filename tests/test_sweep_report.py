@@ -83,3 +83,5 @@ def test_w_timing_summary_marks_a_side_only_when_every_seed_agrees():
                      "| uniform | 0.610, 0.630, 0.650 **early** | 0.450, 0.520, 0.410 |"]
     late = summarise_w_timing([dict(r, early_share=1 - r["early_share"]) for r in rows if r["reward"] == "color"])
     assert w_timing_table(late).splitlines()[2] == "| uniform | 0.390, 0.370, 0.350 **late** |"
+    # inside the noise band a consistent side is not timing: 0.61 is within 0.5 ± 0.12
+    assert not summarise_w_timing(rows, null=0.12)[0]["same_side"] and summarise_w_timing(rows, null=0.1)[0]["same_side"]

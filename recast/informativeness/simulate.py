@@ -17,7 +17,8 @@ import torch
 from recast.informativeness.tracker import InformativenessTracker
 from recast.solver import solve_weights, static_weights
 
-__all__ = ["SimulationResult", "simulate_tracker", "true_weights", "max_relative_deviation", "profiles"]
+__all__ = ["SimulationResult", "simulate_tracker", "true_weights", "max_relative_deviation", "profiles",
+           "early_share_null"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,23 @@ def profiles(kind: str, T: int = 6) -> torch.Tensor:
     return r2
 
 
+def early_share_null(seeds: int = 100, *, iterations: int = 30, quantile: float = 0.95) -> float:
+    """How far noise alone moves a W row's early-half share (`recast.stats.row_timing`) from 0.5: the `quantile` of
+    |share − 0.5| over every row and seed of `simulate_tracker` runs with identical true profiles (true W = λ/T), at
+    the cpu preset's sample counts. A row whose share sits beyond it, on the same side in every seed, has timing.
+
+    Raises:
+        ValueError: seeds < 1 or quantile outside (0, 1).
+    """
+    from recast.stats import row_timing
+
+    if seeds < 1 or not 0 < quantile < 1:
+        raise ValueError(f"need seeds >= 1 and quantile in (0, 1), got {seeds} and {quantile}")
+    dev = [np.abs(row_timing(simulate_tracker(profiles("identical"), seed=seed, iterations=iterations).W[-1])[0] - 0.5)
+           for seed in range(seeds)]
+    return float(np.quantile(np.concatenate(dev), quantile))
+
+
 def main(argv: list[str] | None = None) -> dict:
     """`python -m recast.informativeness.simulate --seeds 100`: the noise-floor numbers of the live W."""
     import argparse
@@ -131,6 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
         corr.append(float(torch.corrcoef(torch.stack([a, b]))[0, 1]))
     out = {name: {"median": float(np.median(v)), "p10": float(np.percentile(v, 10)), "p90": float(np.percentile(v, 90))}
            for name, v in (("identical_max_dev", dev), ("split_corr", corr))}
+    out["early_share_null_95"] = early_share_null(args.seeds, iterations=args.iterations)
     out["seeds"], out["iterations"] = args.seeds, args.iterations
     print(json.dumps(out, indent=1))
     return out
