@@ -11,7 +11,7 @@ Everything here works for any `SD3Transformer2DModel` (digit world or SD3.5 late
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch

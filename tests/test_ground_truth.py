@@ -1,7 +1,5 @@
 """The `rollout` ground truth against closed forms, and the samplers' consistency checks on the base model."""
 
-import math
-
 from pathlib import Path
 
 import pytest

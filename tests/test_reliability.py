@@ -314,13 +314,13 @@ def test_nan_weights_are_never_saved(tmp_path, done_run):
 
 # ------------------------------------------------------------------------------------------ never lose work
 def test_failed_final_evaluation_loses_no_training(tmp_path, monkeypatch):
-    import recast.trainer.loop as loop
+    import recast.trainer.persist as persist
 
     def broken(trainer, grid=True):
         raise RuntimeError("judge exploded")
 
     cfg = preset("ci", **{**CI, "iterations": 2})
-    monkeypatch.setattr(loop, "evaluate_policy", broken)
+    monkeypatch.setattr(persist, "evaluate_policy", broken)
     with pytest.raises(RuntimeError, match="judge exploded"):
         train(cfg, tmp_path)
     monkeypatch.undo()

@@ -7,7 +7,6 @@ run before starting any); the trainer runs `check_run_dir` only while holding th
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path

@@ -1,0 +1,106 @@
+"""What a run leaves on disk and reads back: the bit-exact checkpoint, resuming from it, and the evaluation log.
+
+`Persistent` is a mixin of `recast.trainer.loop.Trainer`; it reads the trainer's attributes (cfg, out, acc, main,
+policy, optimizer, tracker, replay, gen, replay_gen, W, D, iteration, queries, world_fingerprint) and writes only
+the run directory.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from recast.io import append_jsonl, read_json, read_jsonl
+from recast.trainer import checkpoint as ckpt
+from recast.trainer.backends import NonFiniteLossError
+from recast.trainer.evaluation import evaluate as evaluate_policy
+from recast.trainer.validate import RUN_MARKER
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Persistent"]
+
+
+class Persistent:
+    """Checkpoint, resume and evaluation-log methods of the trainer (see the module docstring)."""
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue bit-exactly."""
+        return {"iteration": self.iteration, "config": self.cfg.to_dict(), "reward_names": list(self.reward_names),
+                "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "rng": ckpt.capture_rng(self._generators()), "W": self.W, "D": self.D,
+                "tracker": self.tracker.state_dict() if self.tracker is not None else None,
+                "queries": dict(self.queries), "replay": self.replay.state_dict() if self.replay is not None else None}
+
+    def _generators(self) -> dict[str, torch.Generator]:
+        """The run's own RNG streams (the replay draw has its own, so replay off leaves the others as they were)."""
+        return {"train": self.gen} if self.replay_gen is None else {"train": self.gen, "replay": self.replay_gen}
+
+    def save(self) -> None:
+        """Atomically write the checkpoint (main process), after checking that every weight in it is finite.
+
+        Raises:
+            NonFiniteLossError: a NaN/inf parameter, old-policy, EMA or W entry; the last checkpoint stays intact.
+        """
+        self.acc.wait_for_everyone()
+        if not self.main:
+            return
+        state = self.state_dict()
+        tensors = {f"{group}/{name}": t for group in ("params", "old", "ema", "ref")
+                   for name, t in (state["policy"].get(group) or {}).items()}
+        bad = ckpt.non_finite({**tensors, "W": state["W"]})
+        if bad:
+            raise NonFiniteLossError(f"non-finite values in {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''} at "
+                                     f"iteration {self.iteration}; not saving them (the last checkpoint is intact). "
+                                     "Lower lr or nft_beta, or enable grad_clip.")
+        ckpt.save_checkpoint(self.out, {**state, "world_fingerprint": self.world_fingerprint,
+                                        "logs": ckpt.capture_logs(self.out)})
+
+    def _resume(self) -> None:
+        state = ckpt.load_checkpoint(self.out)
+        path = self.out / ckpt.CHECKPOINT
+        # The checkpoint's own config must be the run's: a checkpoint copied from another run, or a base model
+        # changed between kill and resume, would otherwise continue silently on a different trajectory.
+        ckpt.check_resume_config(self.out, state.get("config") or {}, source=path.name)
+        run_fp = read_json(self.out / "config.json").get(RUN_MARKER, {}).get("world_fingerprint")
+        if state.get("world_fingerprint") != self.world_fingerprint or run_fp not in (None, self.world_fingerprint):
+            raise ValueError(f"cannot resume {self.out}: the base model's weights differ from those {path} was "
+                             f"trained from (fingerprint {str(state.get('world_fingerprint'))[:12]} vs now "
+                             f"{self.world_fingerprint[:12]}); restore the base model ({self.cfg.world!r}) or start "
+                             "a new --out")
+        if list(state["reward_names"]) != list(self.reward_names):
+            raise ValueError(f"checkpoint rewards {state['reward_names']} differ from {list(self.reward_names)}")
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        ckpt.restore_rng(state["rng"], self._generators())
+        if self.tracker is not None:
+            self.tracker.load_state_dict(state["tracker"])
+        if self.replay is not None:
+            self.replay.load_state_dict(state["replay"])
+        # a checkpoint from before the counters: every iteration scored B fresh samples; its proxies are unknown (0)
+        self.queries = {k: int(v) for k, v in (state.get("queries") or {
+            "images": int(state["iteration"]) * self.cfg.B * self.acc.num_processes, "proxies": 0}).items()}
+        self.W, self.D, self.iteration = state["W"], state["D"], int(state["iteration"])
+        if self.main:
+            if "logs" in state:
+                ckpt.restore_logs(self.out, state["logs"])
+            else:  # a checkpoint written without its logs: keep what the files hold up to its iteration
+                for name in ckpt.LOG_FILES:
+                    ckpt.truncate_jsonl(self.out / name, self.iteration)
+
+    def _has_eval(self, n: int) -> bool:
+        path = self.out / "eval.jsonl"
+        return path.is_file() and any(r.get("iteration") == n for r in read_jsonl(path))
+
+    def evaluate(self, grid: bool = True) -> None:
+        """Score the EMA policy on test prompts now (main process) and append the record to eval.jsonl.
+
+        Every global RNG (python, numpy, torch) is restored afterwards, so evaluating cannot shift training.
+        """
+        if self.main:
+            saved = ckpt.capture_rng({})
+            try:
+                rec = evaluate_policy(self, grid=grid)
+            finally:
+                ckpt.restore_rng(saved, {})
+            append_jsonl(self.out / "eval.jsonl", rec)
