@@ -277,6 +277,35 @@ def summarise(rows: list[dict]) -> list[dict]:
     return out
 
 
+def training_change(rows: list[dict], confidence: float = 0.95) -> list[dict]:
+    """What training did in each (setting, budget, method): final − base model over the same seeds, per metric, with
+    a t interval, and a reward-hacking flag per cell.
+
+    ``verdict`` is "better" / "worse" / "unchanged" in the metric's own direction (the interval excludes zero or
+    not). A cell whose weighted training reward got better while a held-out judge got worse is flagged
+    ``reward_up_judge_down`` on every one of its rows: rewards are proxies, the judges decide.
+    """
+    from recast.stats import lower_is_better, paired_difference
+
+    out = []
+    for setting, budget, method in dict.fromkeys((r["setting"], r["budget"], r["method"]) for r in rows):
+        sel = [r for r in rows if (r["setting"], r["budget"], r["method"]) == (setting, budget, method)]
+        cell = []
+        for m in _metrics(sel):
+            if not all(m in r and f"base:{m}" in r for r in sel):
+                continue
+            d = paired_difference([r[m] for r in sel], [r[f"base:{m}"] for r in sel],
+                                  higher_is_better=not lower_is_better(m), confidence=confidence)
+            cell.append({"setting": setting, "budget": budget, "method": method, "metric": m, "n": d.n,
+                         "base": float(np.mean([r[f"base:{m}"] for r in sel])), "change": d.mean,
+                         "ci_low": d.ci_low, "ci_high": d.ci_high,
+                         "verdict": {"win": "better", "loss": "worse", "tie": "unchanged"}[d.verdict]})
+        up = any(c["metric"] == "reward/weighted" and c["verdict"] == "better" for c in cell)
+        down = [c["metric"] for c in cell if c["metric"].startswith("judge/") and c["verdict"] == "worse"]
+        out += [{**c, "reward_up_judge_down": bool(up and down), "judges_down": ";".join(down)} for c in cell]
+    return out
+
+
 def compare(rows: list[dict], *, method: str = "recast", baseline: str = "uniform",
             confidence: float = 0.95) -> list[dict]:
     """Paired method - baseline differences per (setting, budget, metric), over the seeds both ran.

@@ -16,7 +16,7 @@ import csv
 from pathlib import Path
 
 __all__ = ["read_rows", "tally_table", "paired_table", "efficiency_table", "win_rate_table", "summarise_w_timing",
-           "w_timing_table", "report"]
+           "w_timing_table", "hacking_table", "report"]
 
 _MARK = {"win": " **W**", "loss": " *L*", "tie": ""}
 
@@ -38,7 +38,10 @@ def read_rows(path: str | Path) -> list[dict]:
 
 
 def _cells(rows: list[dict]) -> list[tuple[str, str]]:
-    return list(dict.fromkeys((r["setting"], r["budget"]) for r in rows))
+    """(setting, budget) pairs: settings in first-seen order, the uniform budget first within each."""
+    cells = list(dict.fromkeys((r["setting"], r["budget"]) for r in rows))
+    settings = list(dict.fromkeys(s for s, _ in cells))
+    return sorted(cells, key=lambda c: (settings.index(c[0]), c[1] != "uniform", cells.index(c)))
 
 
 def _fmt(metric: str, value: float) -> str:
@@ -152,6 +155,23 @@ def w_timing_table(summary: list[dict]) -> str:
     return "\n".join(x for x in lines if x is not None)
 
 
+def hacking_table(change: list[dict]) -> str:
+    """One row per (setting, budget, method) of `recast.sweep.training_change`: the weighted training reward's change
+    and every held-out judge that got worse (final − base, interval excluding zero) while it rose."""
+    by = {(r["setting"], r["budget"], r["method"], r["metric"]): r for r in change}
+    lines = ["| setting / budget | method | weighted reward, final − base | judges that fell (change) |",
+             "|---|---|---|---|"]
+    for s, bud in _cells(change):
+        for m in dict.fromkeys(r["method"] for r in change if (r["setting"], r["budget"]) == (s, bud)):
+            w = by.get((s, bud, m, "reward/weighted"))
+            if w is None:
+                continue
+            down = [x for x in str(w["judges_down"] or "").split(";") if x] if w["reward_up_judge_down"] else []
+            fell = ", ".join(f"{x.split('/', 1)[1]} {_fmt(x, by[(s, bud, m, x)]['change'])}" for x in down) or "none"
+            lines.append(f"| {s} / {bud} | {m} | {w['change']:+.3f} ({w['verdict']}) | {fell} |")
+    return "\n".join(lines)
+
+
 def report(results: str | Path, name: str = "lambda_sweep", judge: str | None = "judge_eval") -> str:
     """Every README table of one sweep: the tally, the paired judge and reward tables per baseline, the sample
     efficiency, and (when notebook 06 has run) the pairwise-judge win rates."""
@@ -162,6 +182,11 @@ def report(results: str | Path, name: str = "lambda_sweep", judge: str | None = 
     for b in dict.fromkeys(r["baseline"] for r in paired):
         out += ["", f"Held-out judges, ReCAST − {b} (paired over seeds):", "", paired_table(paired, b, "judge/"),
                 "", f"Training rewards, ReCAST − {b}:", "", paired_table(paired, b, "reward/")]
+    change_path = results / f"{name}_training.csv"
+    if change_path.exists():
+        out += ["", "What training did, final − base model over the same seeds (a judge is listed when it fell while "
+                "the weighted training reward rose, both intervals excluding zero: reward hacking):", "",
+                hacking_table(read_rows(change_path))]
     eff_path = results / f"{name}_efficiency.csv"
     if eff_path.exists():
         out += ["", "Images ReCAST needs to reach the baseline's final value, as a share of the baseline's images:",

@@ -9,7 +9,7 @@ import pytest
 
 from recast.io import write_json
 from recast.sweep import (EMPHASIS, budget_grid, collect, compare, curves, efficiency, is_finished, lambda_grid,
-                          plan_sweep, run_sweep, summarise, w_timing)
+                          plan_sweep, run_sweep, summarise, training_change, w_timing)
 
 
 def test_budget_grid_is_uniform_plus_one_emphasis_per_reward():
@@ -135,3 +135,21 @@ def test_sweep_runs_skips_finished_and_a_row_command_reproduces_it(tmp_path, mon
     subprocess.run([sys.executable, "-m", "recast", "train", *args], check=True, capture_output=True)
     rerun = collect([runs[0].__class__(**{**runs[0].__dict__, "out_dir": tmp_path / "rerun"})])[0]
     assert {k: v for k, v in rerun.items() if k != "command"} == {k: v for k, v in first.items() if k != "command"}
+
+
+def test_training_change_pairs_final_with_base_and_flags_reward_hacking(tmp_path):
+    runs = plan_sweep(world="tiny", settings=("compose",), budgets=("uniform",), methods=("recast", "uniform"),
+                      seeds=(0, 1, 2), preset="ci", out_root=tmp_path)
+    for r in runs:  # _fake_run's base evaluation is 0 for every metric
+        hacked = r.method == "uniform"
+        strict = (-0.2 if hacked else 0.1) + 0.01 * r.seed
+        _fake_run(r, {"reward/weighted": 0.3 + 0.01 * r.seed, "judge/strict": strict, "judge/fid": 5.0 + r.seed})
+    out = {(c["method"], c["metric"]): c for c in training_change(collect(runs))}
+    w = out[("recast", "reward/weighted")]
+    assert w["change"] == pytest.approx(0.31) and w["base"] == 0.0 and w["verdict"] == "better"
+    assert out[("recast", "judge/fid")]["verdict"] == "worse"  # the Fréchet distance rose: lower is better
+    assert out[("uniform", "judge/strict")]["verdict"] == "worse"
+    assert out[("recast", "judge/strict")]["verdict"] == "better"
+    assert all(c["reward_up_judge_down"] for c in out.values())  # both lost a judge while the reward rose
+    assert out[("uniform", "reward/weighted")]["judges_down"] == "judge/strict;judge/fid"
+    assert out[("recast", "reward/weighted")]["judges_down"] == "judge/fid"

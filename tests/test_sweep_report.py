@@ -4,8 +4,8 @@ import pytest
 
 from recast.io import write_csv
 from recast.sweep import compare
-from recast.sweep_report import (efficiency_table, paired_table, read_rows, report, summarise_w_timing, tally_table,
-                                 w_timing_table, win_rate_table)
+from recast.sweep_report import (efficiency_table, hacking_table, paired_table, read_rows, report, summarise_w_timing,
+                                 tally_table, w_timing_table, win_rate_table)
 
 
 def _rows():
@@ -53,6 +53,9 @@ def test_efficiency_and_win_rate_tables_say_what_was_not_reached(tmp_path):
     assert lines[0] == "| setting / budget | strict vs uniform | weighted vs uniform |"
     assert lines[2:] == ["| compose / uniform | 0.50 | not reached |",
                          "| quality / uniform | baseline did not improve | – |"]
+    heavy = [dict(e, budget="a-heavy") for e in eff[:2]]  # listed first, shown after its setting's uniform row
+    assert [l.split(" | ")[0] for l in efficiency_table(heavy + eff).splitlines()[2:]] == [
+        "| compose / uniform", "| compose / a-heavy", "| quality / uniform"]
     wins = [{"setting": "compose", "budget": "uniform", "baseline": "uniform", "wins": 30, "ties": 10, "losses": 24,
              "win_rate": 0.546875, "ci_low": 0.43, "ci_high": 0.66, "seed_rates": "0.6 0.7 0.8",
              "seed_ci_low": 0.4516, "seed_ci_high": 0.9484, "verdict": "tie"}]
@@ -84,4 +87,20 @@ def test_w_timing_summary_marks_a_side_only_when_every_seed_agrees():
     late = summarise_w_timing([dict(r, early_share=1 - r["early_share"]) for r in rows if r["reward"] == "color"])
     assert w_timing_table(late).splitlines()[2] == "| uniform | 0.390, 0.370, 0.350 **late** |"
     # inside the noise band a consistent side is not timing: 0.61 is within 0.5 ± 0.12
-    assert not summarise_w_timing(rows, null=0.12)[0]["same_side"] and summarise_w_timing(rows, null=0.1)[0]["same_side"]
+    assert not summarise_w_timing(rows, null=0.12)[0]["same_side"]
+    assert summarise_w_timing(rows, null=0.1)[0]["same_side"]
+
+
+def test_hacking_table_lists_the_judges_that_fell_while_the_reward_rose():
+    def row(method, metric, change, verdict, flag, down=""):
+        return {"setting": "quality", "budget": "uniform", "method": method, "metric": metric, "change": change,
+                "verdict": verdict, "reward_up_judge_down": flag, "judges_down": down}
+
+    change = [row("recast", "reward/weighted", 0.2, "better", True, "judge/strict;judge/fid"),
+              row("recast", "judge/strict", -0.05, "worse", True, "judge/strict;judge/fid"),
+              row("recast", "judge/fid", 120.0, "worse", True, "judge/strict;judge/fid"),
+              row("uniform", "reward/weighted", 0.01, "unchanged", False),
+              row("uniform", "judge/strict", -0.1, "worse", False)]
+    assert hacking_table(change).splitlines()[2:] == [
+        "| quality / uniform | recast | +0.200 (better) | strict -0.050, fid +120.0 |",
+        "| quality / uniform | uniform | +0.010 (unchanged) | none |"]
