@@ -137,7 +137,7 @@ def summarise_w_timing(rows: list[dict], null: float = 0.0) -> list[dict]:
 
 def w_timing_table(summary: list[dict]) -> str:
     """Rows: setting / budget; columns: rewards in first-seen order; cells: early-half shares per seed, marked
-    early (>) or late (<) when every seed agrees."""
+    **early** or **late** when `summarise_w_timing` found every seed beyond the noise band on that side."""
     rewards = {s: list(dict.fromkeys(r["reward"] for r in summary if r["setting"] == s))
                for s in dict.fromkeys(r["setting"] for r in summary)}
     by = {(r["setting"], r["budget"], r["reward"]): r for r in summary}
