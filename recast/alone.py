@@ -76,7 +76,7 @@ def alone_table(rows: list[dict]) -> list[dict]:
     judge; plus a ``verdict`` row per reward ("pass" / "fail") under judge ``"*"``.
 
     Args:
-        rows: `recast.sweep.collect` rows of `plan_alone` runs (they carry ``base:<metric>``).
+        rows: `recast.sweep_results.collect` rows of `plan_alone` runs (they carry ``base:<metric>``).
     """
     out = []
     for reward in sorted({r["budget"] for r in rows}, key=list(MATCHING_JUDGES).index):
@@ -98,7 +98,8 @@ def alone_table(rows: list[dict]) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     """CLI: plan, run (resumable) and tabulate single-reward runs; writes ``<results>/alone{,_runs}.csv``."""
     from recast.io import write_csv
-    from recast.sweep import collect, results_dir, run_sweep
+    from recast.sweep import results_dir, run_sweep
+    from recast.sweep_results import collect
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rewards", default=",".join(MATCHING_JUDGES), help="comma-separated rewards")

@@ -221,7 +221,7 @@ def efficiency(runs: dict[str, list[Path]], *, method: str = "recast", prefix: s
     to reach the baseline's final seed-mean value (`recast.stats.efficiency_ratio`). ``ratio`` is None when the
     method never gets there, or when the baseline ended no better than it started (``baseline_improved`` False)."""
     from recast.stats import efficiency_row, lower_is_better
-    from recast.sweep import images_per_iteration
+    from recast.sweep_results import images_per_iteration
     from recast.trainer.metrics import load_run
 
     if method not in runs:

@@ -2,7 +2,7 @@
 
     runs = plan_replay(settings=("compose", "quality"), methods=("uniform", "recast"), seeds=(0, 1, 2))
     sweep.run_sweep(runs, jobs=2)             # the λ-sweep's runner: skips finished runs, resumes killed ones
-    rows = collect(runs)                       # sweep.collect + reward queries and training seconds per run
+    rows = collect(runs)                       # sweep_results.collect + reward queries and training seconds per run
     cells = compare_replay(rows, methods)      # paired replay − no-replay differences with 95 % intervals
     qc = query_curves(runs)                    # every evaluation against the cumulative reward queries
     eff = efficiency(qc, "judge/strict", methods)   # reward queries replay needs to reach no-replay's final score
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recast import sweep
+from recast import sweep, sweep_results
 from recast.sweep import SweepRun
 
 __all__ = ["SUFFIX", "arm", "plan_replay", "collect", "compare_replay", "query_curves", "efficiency",
@@ -97,10 +97,10 @@ def _queries(run_dir: Path) -> dict[int, int]:
 
 
 def collect(runs: list[SweepRun]) -> list[dict]:
-    """`recast.sweep.collect` rows, each with the run's total reward queries, training seconds and replay share."""
+    """`recast.sweep_results.collect` rows, each with the run's total reward queries, training seconds and replay share."""
     from recast.trainer.metrics import load_run
 
-    rows = sweep.collect(runs)
+    rows = sweep_results.collect(runs)
     by = {(r.setting, r.budget, r.method, r.seed): r for r in runs}
     for row in rows:
         run = load_run(by[(row["setting"], row["budget"], row["method"], row["seed"])].out_dir)
@@ -117,16 +117,16 @@ def compare_replay(rows: list[dict], methods: tuple[str, ...] = ("uniform", "rec
     pairs = [(arm(m, True), m) for m in methods]
     if "recast" in methods and "uniform" in methods:
         pairs.append((arm("recast", True), "uniform"))
-    return [c for a, b in pairs for c in sweep.compare(rows, method=a, baseline=b, confidence=confidence)]
+    return [c for a, b in pairs for c in sweep_results.compare(rows, method=a, baseline=b, confidence=confidence)]
 
 
 def query_curves(runs: list[SweepRun]) -> list[dict]:
-    """`recast.sweep.curves` with ``images`` replaced by the cumulative reward queries at each evaluation (the
+    """`recast.sweep_results.curves` with ``images`` replaced by the cumulative reward queries at each evaluation (the
     x axis of every curve here), read from each run's metrics.jsonl; the column ``reward_queries`` holds it too."""
     by = {(r.setting, r.budget, r.method, r.seed): r for r in runs}
     cache: dict[Path, dict[int, int]] = {}
     out = []
-    for row in sweep.curves(runs):
+    for row in sweep_results.curves(runs):
         d = by[(row["setting"], row["budget"], row["method"], row["seed"])].out_dir
         q = cache.setdefault(d, _queries(d))
         out.append({**row, "images": q[int(row["iteration"])], "reward_queries": q[int(row["iteration"])]})
@@ -135,7 +135,7 @@ def query_curves(runs: list[SweepRun]) -> list[dict]:
 
 def efficiency(curve_rows: list[dict], metric: str, methods: tuple[str, ...] = ("uniform", "recast")) -> list[dict]:
     """Per setting and method: the reward queries the replay arm needs to reach the no-replay arm's final seed-mean
-    `metric`, as a ratio of the no-replay arm's queries (`recast.sweep.efficiency`; None: never reached), and its
+    `metric`, as a ratio of the no-replay arm's queries (`recast.sweep_results.efficiency`; None: never reached), and its
     inverse, the sample-efficiency gain (the seed paper's "2–6×"); the gain is None where replay never gets there,
     or where the no-replay arm ends no better than its first evaluation (the target is then met at the start).
 
@@ -146,7 +146,7 @@ def efficiency(curve_rows: list[dict], metric: str, methods: tuple[str, ...] = (
     for m in methods:
         # ratio is None both when replay never gets there and when the no-replay arm ended no better than it
         # started (its start already "reaches" its end): `baseline_improved` tells them apart
-        for e in sweep.efficiency(curve_rows, metric, method=arm(m, True), baseline=m):
+        for e in sweep_results.efficiency(curve_rows, metric, method=arm(m, True), baseline=m):
             ratio = e["ratio"]
             base = [r for r in curve_rows if (r["setting"], r["budget"], r["method"], r["metric"]) ==
                     (e["setting"], e["budget"], m, metric)]

@@ -120,7 +120,7 @@ def win_rate_table(win_rows: list[dict]) -> str:
 
 
 def summarise_w_timing(rows: list[dict], null: float = 0.0) -> list[dict]:
-    """Per (setting, budget, reward) of `recast.sweep.w_timing` rows: the early-half share per seed, its mean, the
+    """Per (setting, budget, reward) of `recast.sweep_results.w_timing` rows: the early-half share per seed, its mean, the
     mean largest deviation from λ/T, and whether every seed's share sits beyond 0.5 ± `null` on the same side
     (`null`: how far noise alone moves a share, `recast.informativeness.simulate.early_share_null`)."""
     out = []
@@ -156,7 +156,7 @@ def w_timing_table(summary: list[dict]) -> str:
 
 
 def hacking_table(change: list[dict]) -> str:
-    """One row per (setting, budget, method) of `recast.sweep.training_change`: the weighted training reward's change
+    """One row per (setting, budget, method) of `recast.sweep_results.training_change`: the weighted training reward's change
     and every held-out judge that got worse (final − base, interval excluding zero) while it rose."""
     by = {(r["setting"], r["budget"], r["method"], r["metric"]): r for r in change}
     lines = ["| setting / budget | method | weighted reward, final − base | judges that fell (change) |",

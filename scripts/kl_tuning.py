@@ -16,7 +16,8 @@ import numpy as np
 def main(setting: str, kls: list[str]) -> None:
     from recast.alone import change_over_seeds
     from recast.io import write_csv
-    from recast.sweep import collect, plan_sweep, results_dir, run_sweep
+    from recast.sweep import plan_sweep, results_dir, run_sweep
+    from recast.sweep_results import collect
 
     out = []
     for kl in kls:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from recast.io import write_json
-from recast.sweep import (EMPHASIS, budget_grid, collect, compare, curves, efficiency, is_finished, lambda_grid,
-                          plan_sweep, run_sweep, summarise, training_change, w_timing)
+from recast.sweep import EMPHASIS, budget_grid, is_finished, lambda_grid, plan_sweep, run_sweep
+from recast.sweep_results import collect, compare, curves, efficiency, summarise, training_change, w_timing
 
 
 def test_budget_grid_is_uniform_plus_one_emphasis_per_reward():

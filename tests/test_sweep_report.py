@@ -3,7 +3,7 @@
 import pytest
 
 from recast.io import write_csv
-from recast.sweep import compare
+from recast.sweep_results import compare
 from recast.sweep_report import (efficiency_table, hacking_table, paired_table, read_rows, report, summarise_w_timing,
                                  tally_table, w_timing_table, win_rate_table)
 
