@@ -29,7 +29,7 @@ def test_constraints_pin_torch_and_pyproject_lists_the_stack():
     dev = {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in project["optional-dependencies"]["dev"]}
     assert {"torch", "diffusers", "transformers", "accelerate", "peft", "matplotlib", "seaborn", "scikit-learn",
             "tqdm", "safetensors"} <= names
-    assert {"jupyterlab", "ipykernel", "papermill", "nbmake", "pytest", "hypothesis"} <= dev
+    assert {"jupyterlab", "ipykernel", "ipywidgets", "papermill", "nbmake", "pytest", "hypothesis"} <= dev
 
 
 def test_ci_runs_the_readme_test_command():
