@@ -133,6 +133,22 @@ def write_csv(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
     return atomic_write_bytes(path, buf.getvalue().encode())
 
 
+def read_csv(path: str | os.PathLike) -> list[dict]:
+    """Rows of a CSV (as `write_csv` writes them) as dicts, numbers and booleans parsed, empty cells as None."""
+    def parse(v: str):
+        if v == "":
+            return None
+        for cast in (int, float):
+            try:
+                return cast(v)
+            except ValueError:
+                pass
+        return {"True": True, "False": False}.get(v, v)
+
+    with open(path, newline="") as f:
+        return [{k: parse(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
 def check_safetensors(path: Path) -> None:
     """Raise ValueError naming `path` unless it is a complete safetensors file (header parses, sizes add up)."""
     size = path.stat().st_size

@@ -12,29 +12,14 @@ is a win.
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
-__all__ = ["read_rows", "tally_table", "paired_table", "efficiency_table", "win_rate_table", "summarise_w_timing",
+from recast.io import read_csv
+
+__all__ = ["tally_table", "paired_table", "efficiency_table", "win_rate_table", "summarise_w_timing",
            "w_timing_table", "hacking_table", "report"]
 
 _MARK = {"win": " **W**", "loss": " *L*", "tie": ""}
-
-
-def read_rows(path: str | Path) -> list[dict]:
-    """CSV rows as dicts, numbers parsed (empty cells become None)."""
-    def parse(v: str):
-        if v == "":
-            return None
-        for cast in (int, float):
-            try:
-                return cast(v)
-            except ValueError:
-                pass
-        return {"True": True, "False": False}.get(v, v)
-
-    with open(path, newline="") as f:
-        return [{k: parse(v) for k, v in r.items()} for r in csv.DictReader(f)]
 
 
 def _cells(rows: list[dict]) -> list[tuple[str, str]]:
@@ -176,7 +161,7 @@ def report(results: str | Path, name: str = "lambda_sweep", judge: str | None = 
     """Every README table of one sweep: the tally, the paired judge and reward tables per baseline, the sample
     efficiency, and (when notebook 06 has run) the pairwise-judge win rates."""
     results = Path(results)
-    paired = read_rows(results / f"{name}_paired.csv")
+    paired = read_csv(results / f"{name}_paired.csv")
     out = ["Win / tie / loss of ReCAST per baseline (a cell is a win or a loss only when its 95 % interval over "
            "seeds excludes zero):", "", tally_table(paired)]
     for b in dict.fromkeys(r["baseline"] for r in paired):
@@ -186,20 +171,20 @@ def report(results: str | Path, name: str = "lambda_sweep", judge: str | None = 
     if change_path.exists():
         out += ["", "What training did, final − base model over the same seeds (a judge is listed when it fell while "
                 "the weighted training reward rose, both intervals excluding zero: reward hacking):", "",
-                hacking_table(read_rows(change_path))]
+                hacking_table(read_csv(change_path))]
     eff_path = results / f"{name}_efficiency.csv"
     if eff_path.exists():
         out += ["", "Images ReCAST needs to reach the baseline's final value, as a share of the baseline's images:",
-                "", efficiency_table(read_rows(eff_path))]
+                "", efficiency_table(read_csv(eff_path))]
     timing_path = results / f"{name}_w_timing_summary.csv"
     if timing_path.exists():
-        summary = read_rows(timing_path)
+        summary = read_csv(timing_path)
         out += ["", "Share of each ReCAST W row in the noisiest half of the steps, per seed (λ/T: 0.5; **early** / "
                 f"**late**: beyond 0.5 ± {summary[0]['null']:.3f}, the 95 % noise band, on the same side in every "
                 "seed):", "", w_timing_table(summary)]
     if judge and (results / f"{judge}.csv").exists():
         out += ["", "Pairwise judge, ReCAST against each baseline (the verdict uses the interval over seeds):", "",
-                win_rate_table(read_rows(results / f"{judge}.csv"))]
+                win_rate_table(read_csv(results / f"{judge}.csv"))]
     return "\n".join(out)
 
 

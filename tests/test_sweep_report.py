@@ -2,10 +2,10 @@
 
 import pytest
 
-from recast.io import write_csv
+from recast.io import read_csv, write_csv
 from recast.sweep_results import compare
-from recast.sweep_report import (efficiency_table, hacking_table, paired_table, read_rows, report, summarise_w_timing,
-                                 tally_table, w_timing_table, win_rate_table)
+from recast.sweep_report import (efficiency_table, hacking_table, paired_table, report, summarise_w_timing, tally_table,
+                                 w_timing_table, win_rate_table)
 
 
 def _rows():
@@ -23,7 +23,7 @@ def _rows():
 
 def test_csv_round_trip_parses_numbers_booleans_and_missing_values(tmp_path):
     write_csv(tmp_path / "x.csv", [{"a": 1, "b": 0.25, "c": None, "d": True, "e": "uniform"}])
-    assert read_rows(tmp_path / "x.csv") == [{"a": 1, "b": 0.25, "c": None, "d": True, "e": "uniform"}]
+    assert read_csv(tmp_path / "x.csv") == [{"a": 1, "b": 0.25, "c": None, "d": True, "e": "uniform"}]
 
 
 def test_tally_and_paired_tables_count_and_mark_each_verdict():
