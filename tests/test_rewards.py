@@ -126,3 +126,51 @@ def test_size_reward_is_a_saturating_soft_verdict():
     assert torch.allclose(ink_side(squares), torch.arange(4, 22, 2).float(), atol=0.01)
     large = size_reward(squares, ["a large red 1 at the top left"] * 9)
     assert (large.diff() > 0).all() and large[-1] > 0.99 and large[0] < 0.01
+
+
+def test_sharpness_is_the_relative_edge_slope_with_a_closed_form_on_squares():
+    from recast.digits.rewards.digit import SHARPNESS_INK_MASS, SHARPNESS_SLOPE, sharpness_reward
+
+    # a k x k square of height h on black: every edge is one full step, so slope = 1 at any h; the ink mass is k^2 h
+    x = torch.zeros(3, 3, data.CANVAS, data.CANVAS)
+    for i, (k, h) in enumerate([(6, 1.0), (6, 0.4), (1, 1.0)]):
+        x[i, 0, 8:8 + k, 8:8 + k] = h
+    mass = torch.tensor([36 * 1.0, 36 * 0.4, 1.0])
+    expected = (1 - torch.exp(torch.tensor(-1 / SHARPNESS_SLOPE))) * (1 - torch.exp(-mass / SHARPNESS_INK_MASS))
+    prompts = ["a small red 0 at the top left"] * 3
+    torch.testing.assert_close(sharpness_reward(x, prompts), expected, rtol=1e-5, atol=1e-6)
+    # an empty canvas scores 0; blurring the square's edges over w pixels lowers it monotonically (slope ~ 1 / w)
+    assert sharpness_reward(torch.zeros(1, 3, data.CANVAS, data.CANVAS), prompts[:1]).item() == 0.0
+    ramp = torch.zeros(4, 3, data.CANVAS, data.CANVAS)
+    t = torch.arange(data.CANVAS).float()
+    for i, w in enumerate([1, 2, 3, 4]):
+        prof = torch.clamp((t - 4) / w, 0, 1) * torch.clamp((20 - t) / w, 0, 1)
+        ramp[i, 0] = prof[:, None] * prof[None, :]
+    s = sharpness_reward(ramp, ["a small red 0 at the top left"] * 4)
+    assert (s.diff() < 0).all(), s
+
+
+def _brightest(images, k):
+    """The canvas with only its k brightest pixels left (the rest black): the glyph erased down to k crisp pixels."""
+    keep = data.ink_intensity(images).flatten(1).argsort(1, descending=True)[:, :k, None].transpose(1, 2)
+    idx = keep.expand(-1, 3, -1)
+    return torch.zeros_like(images).flatten(2).scatter(2, idx, images.flatten(2).gather(2, idx)).reshape(images.shape)
+
+
+def test_sharpness_does_not_pay_more_for_erasing_the_glyph_than_for_sharpening_it(batch, fns):
+    """The old edge-energy-per-ink ratio was highest on a canvas erased down to a few crisp pixels (the hack that
+    training found); the relative slope gives those pixels no more than the same glyph drawn with crisp edges, and
+    the ink gate gives a near-empty canvas less than the real, antialiased glyph."""
+    images, prompts, _ = batch
+    sharp = fns["sharpness"]
+    real = sharp(images, prompts)
+    I = data.ink_intensity(images)
+    peak = I.flatten(1).amax(1)[:, None, None]
+    # the same glyph drawn crisp: its own hue at its peak intensity inside the half-peak mask, black outside
+    crisp = (images / I.clamp_min(1e-6)[:, None] * peak[:, None] * (I > 0.5 * peak)[:, None]).clamp(0, 1)
+    assert (sharp(crisp, prompts) > real).all()
+    for k in (1, 3, 8):
+        assert (sharp(_brightest(images, k), prompts) < sharp(crisp, prompts)).all(), k
+    assert (sharp(_brightest(images, 1), prompts) < real).float().mean() >= 0.9
+    # brightness does not matter for a glyph (the slope is scale-free; the gate is saturated on real ink)
+    torch.testing.assert_close(sharp(0.6 * images, prompts), real, atol=0.02, rtol=0)
