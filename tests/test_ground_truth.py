@@ -162,11 +162,12 @@ def test_ground_truth_consistency_on_the_base_model(base):
     ends = dict(zip(names, checks["ends_z"]))
     assert max(abs(z) for z in ends.values()) <= 3.0, ends
     torch.testing.assert_close(prof.W.sum(1), torch.full((8,), 1 / 8, dtype=torch.float64))
-    # Every compose reward has signal on this base (colour, constant on the old one, now varies). Realism does not:
-    # its CNN scores every sample as fake (README, "Do the rewards teach what the judges check?"), so it is silenced.
+    # Every reward has signal on this base: colour (constant on the old one) now varies, and realism, whose CNN is
+    # confident that every sample is fake, is read at temperature 3 so that its spread clears the silencing floor
+    # (at temperature 1 it was silenced here).
     silenced = dict(zip(names, prof.silenced.tolist()))
-    assert not any(silenced[n] for n in names if n != "realism") and silenced["realism"], silenced
-    assert (prof.D[names.index("realism")] == 0).all()
+    assert not any(silenced.values()), silenced
+    assert (prof.D[names.index("realism")] > 0).any()
 
 
 def _centre_of_mass(gains: torch.Tensor) -> torch.Tensor:

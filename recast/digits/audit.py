@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -35,6 +35,7 @@ class WorldAudit:
         agreement: reward -> ROC AUC against its matching judge verdict.
         rewards: reward -> mean score.
         n: samples; split, num_steps, shift, seed: how they were drawn.
+        reward_std: reward -> std of the scores over the samples (what the trainer's silencing floor reads).
     """
 
     judges: dict[str, float]
@@ -45,6 +46,7 @@ class WorldAudit:
     num_steps: int
     shift: float
     seed: int
+    reward_std: dict[str, float] = field(default_factory=dict)
 
 
 @torch.no_grad()
@@ -81,7 +83,7 @@ def audit_world(world, *, n: int = 256, split: str = "test", num_steps: int = 10
     scores = {name: R.get(name)("cpu")(images, prompts) for name in names}
     agreement = {k: a.auc for k, a in reward_judge_agreement(images, prompts, scores).items()}
     return WorldAudit(judges, agreement, {k: float(v.mean()) for k, v in scores.items()}, n, split, num_steps,
-                      shift, seed)
+                      shift, seed, {k: float(v.float().std(unbiased=False)) for k, v in scores.items()})
 
 
 def out_of_band(audit: WorldAudit) -> dict[str, float]:
