@@ -218,8 +218,13 @@ def paired(runs: dict[str, list[Path]], *, method: str = "recast", confidence: f
 
 def efficiency(runs: dict[str, list[Path]], *, method: str = "recast", prefix: str = "judge/") -> list[dict]:
     """For each baseline and each eval metric under ``prefix``: the share of the baseline's images ``method`` needs
-    to reach the baseline's final seed-mean value (`recast.stats.efficiency_ratio`). ``ratio`` is None when the
-    method never gets there, or when the baseline ended no better than it started (``baseline_improved`` False)."""
+    to reach the baseline's final seed-mean value (`recast.stats.efficiency_ratio`), with a paired bootstrap interval
+    over seeds (`recast.stats.efficiency_row`). ``ratio`` is None when the method never gets there, or when the
+    baseline ended no better than it started (``baseline_improved`` False). Run directories are paired by name
+    (``seed_<n>``).
+
+    Raises:
+        ValueError: a baseline that did not run the method's seeds, or was evaluated at other sample counts."""
     from recast.stats import efficiency_row, lower_is_better
     from recast.sweep_results import images_per_iteration
     from recast.trainer.metrics import load_run
@@ -228,17 +233,20 @@ def efficiency(runs: dict[str, list[Path]], *, method: str = "recast", prefix: s
         return []
     loaded = {m: [load_run(p) for p in paths] for m, paths in runs.items()}
 
-    def mean_curve(m: str, key: str) -> tuple[np.ndarray, np.ndarray]:
+    def seed_curves(m: str, key: str) -> tuple[np.ndarray, np.ndarray]:
         per = images_per_iteration(loaded[m][0].config)
         its = [e["iteration"] for e in loaded[m][0].evals]
-        vals = np.array([[e[key] for e in r.evals] for r in loaded[m]], dtype=float)
-        return np.asarray(its, dtype=float) * per, vals.mean(0)
+        vals = np.array([[e[key] for e in r.evals] for r in loaded[m]], dtype=float)  # (seeds, evaluations)
+        return np.asarray(its, dtype=float) * per, vals
 
     out = []
     for baseline in (m for m in runs if m != method):
+        if [p.name for p in runs[baseline]] != [p.name for p in runs[method]]:
+            raise ValueError(f"{method} and {baseline} must run the same seeds (paired): "
+                             f"{[p.name for p in runs[method]]} vs {[p.name for p in runs[baseline]]}")
         for key in (k for k in loaded[method][0].evals[-1] if k.startswith(prefix)):
-            (xa, ya), (xb, yb) = mean_curve(method, key), mean_curve(baseline, key)
-            if not np.array_equal(xa, xb):
+            (xa, ya), (xb, yb) = seed_curves(method, key), seed_curves(baseline, key)
+            if not np.array_equal(xa, xb) or ya.shape != yb.shape:
                 raise ValueError(f"{method} and {baseline} were evaluated at different sample counts")
             out.append({"method": method, "baseline": baseline, "metric": key,
                         **efficiency_row(xa, ya, yb, higher_is_better=not lower_is_better(key))})

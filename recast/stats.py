@@ -125,27 +125,69 @@ def efficiency_ratio(images: Sequence[float], method_curve: Sequence[float], bas
     return None if need is None else need / float(np.asarray(images, dtype=float)[-1])
 
 
-def efficiency_row(images: Sequence[float], method_curve: Sequence[float], baseline_curve: Sequence[float], *,
-                   higher_is_better: bool = True) -> dict:
-    """One row of a sample-efficiency table: both final values, the `efficiency_ratio`, and whether the baseline
-    improved on its start at all.
+def efficiency_row(images: Sequence[float], method_curve, baseline_curve, *, higher_is_better: bool = True,
+                   bootstrap: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+    """One row of a sample-efficiency table: both final values, the `efficiency_ratio`, whether the baseline improved
+    on its start at all, and (given per-seed curves) a paired bootstrap interval over seeds for the ratio.
 
     A ratio is only meaningful when the baseline ended better than it started: otherwise the start already "reaches"
     its final value and every method would score 0. So ``ratio`` is None both when the method never reaches the
     baseline's final value and when ``baseline_improved`` is False (`efficiency_label` tells the two apart).
+
+    Args:
+        images: (E,) sample counts of the evaluations, strictly increasing.
+        method_curve, baseline_curve: (E,) one curve each (e.g. seed means: no interval), or (S, E) per-seed curves
+            whose row i comes from the same seed in both (the point estimate then uses the seed means).
+        bootstrap: replicates of the paired bootstrap over seeds (per-seed curves only; 0 = no interval).
+        level: central coverage of the interval.
+        seed: seeds the bootstrap.
+
+    Returns:
+        ``baseline_final``, ``method_final``, ``ratio``, ``baseline_improved``; with per-seed curves also ``seeds``,
+        ``ratio_low`` and ``ratio_high`` (percentiles over the replicates whose baseline improved, a replicate that
+        never reaches counting as +inf: ``ratio_high`` None means "not reached" is inside the interval, both None
+        that it covers the whole interval) and ``boot_improved``, the share of replicates whose baseline improved.
+        With 3 seeds there are only 10 distinct resamples: the interval is coarse and, like any percentile
+        bootstrap at this n, too narrow rather than too wide.
+
+    Raises:
+        ValueError: curves of different shapes, or not 1-D / 2-D.
     """
-    b = np.asarray(baseline_curve, dtype=float)
-    improved = bool(b[-1] > b[0]) if higher_is_better else bool(b[-1] < b[0])
-    ratio = efficiency_ratio(images, method_curve, b, higher_is_better=higher_is_better) if improved else None
-    return {"baseline_final": float(b[-1]), "method_final": float(np.asarray(method_curve, dtype=float)[-1]),
-            "ratio": ratio, "baseline_improved": improved}
+    m, b = np.asarray(method_curve, dtype=float), np.asarray(baseline_curve, dtype=float)
+    if m.shape != b.shape or m.ndim not in (1, 2):
+        raise ValueError(f"method and baseline curves must have one shape, (E,) or (seeds, E); got {m.shape} and "
+                         f"{b.shape}")
+
+    def point(mc: np.ndarray, bc: np.ndarray) -> tuple[float | None, bool]:
+        improved = bool(bc[-1] > bc[0]) if higher_is_better else bool(bc[-1] < bc[0])
+        return (efficiency_ratio(images, mc, bc, higher_is_better=higher_is_better) if improved else None), improved
+
+    mm, bm = (m.mean(0), b.mean(0)) if m.ndim == 2 else (m, b)
+    ratio, improved = point(mm, bm)
+    row = {"baseline_final": float(bm[-1]), "method_final": float(mm[-1]), "ratio": ratio, "baseline_improved": improved}
+    if m.ndim == 1 or bootstrap <= 0:
+        return row
+    S = m.shape[0]
+    idx = np.random.default_rng(seed).integers(0, S, size=(bootstrap, S))
+    reps = [point(m[i].mean(0), b[i].mean(0)) for i in idx]
+    ratios = np.array([np.inf if r is None else r for r, ok in reps if ok])
+    q = (1 - level) / 2
+    lo, hi = np.quantile(ratios, [q, 1 - q], method="inverted_cdf") if ratios.size else (np.inf, np.inf)
+    row.update(seeds=S, ratio_low=None if np.isinf(lo) else float(lo), ratio_high=None if np.isinf(hi) else float(hi),
+               boot_improved=ratios.size / bootstrap)
+    return row
 
 
 def efficiency_label(row: dict) -> str:
-    """How an `efficiency_row` reads in a table: the ratio, "not reached", or "baseline did not improve"."""
+    """How an `efficiency_row` reads in a table: the ratio with its seed-bootstrap interval where there is one
+    (``0.86 [0.40, not reached]``), "not reached", or "baseline did not improve"."""
     if not row["baseline_improved"]:
         return "baseline did not improve"
-    return "not reached" if row["ratio"] is None else f"{row['ratio']:.2f}"
+    text = "not reached" if row["ratio"] is None else f"{row['ratio']:.2f}"
+    lo, hi = row.get("ratio_low"), row.get("ratio_high")
+    if row.get("seeds") and not (row["ratio"] is None and lo is None):
+        text += f" [{'not reached' if lo is None else f'{lo:.2f}'}, {'not reached' if hi is None else f'{hi:.2f}'}]"
+    return text
 
 
 def row_timing(W) -> tuple[np.ndarray, np.ndarray]:

@@ -161,23 +161,32 @@ def compare(rows: list[dict], *, method: str = "recast", baseline: str = "unifor
     return out
 
 
-def efficiency(curve_rows: list[dict], metric: str, *, method: str = "recast", baseline: str = "uniform") -> list[dict]:
+def efficiency(curve_rows: list[dict], metric: str, *, method: str = "recast", baseline: str = "uniform",
+               bootstrap: int = 2000) -> list[dict]:
     """Per (setting, budget): images the method needs to reach the baseline's final seed-mean value of `metric`,
-    as a ratio of the baseline's images, from seed-mean curves at shared evaluations (`recast.stats.efficiency_row`:
-    ``ratio`` is None when it is never reached, or when ``baseline_improved`` is False)."""
+    as a ratio of the baseline's images, from seed-mean curves at shared evaluations, with a paired bootstrap
+    interval over the seeds both methods ran (`recast.stats.efficiency_row`: ``ratio`` is None when it is never
+    reached, or when ``baseline_improved`` is False). Cells whose methods were evaluated at different sample
+    counts, or with a seed missing an evaluation, are left out."""
     from recast.stats import efficiency_row, lower_is_better
 
     out = []
     for setting, budget in sorted({(r["setting"], r["budget"]) for r in curve_rows}, key=str):
-        def mean_curve(m):
+        def per_seed(m):
             sel = [r for r in curve_rows if (r["setting"], r["budget"], r["method"], r["metric"]) ==
                    (setting, budget, m, metric)]
-            xs = sorted({r["images"] for r in sel})
-            return np.array(xs, dtype=float), np.array([np.mean([r["value"] for r in sel if r["images"] == x])
-                                                        for x in xs])
-        (xa, ya), (xb, yb) = mean_curve(method), mean_curve(baseline)
-        if len(xa) == 0 or not np.array_equal(xa, xb):
+            by_seed: dict = {}
+            for r in sel:
+                by_seed.setdefault(r["seed"], {})[r["images"]] = r["value"]
+            return by_seed
+        a, b = per_seed(method), per_seed(baseline)
+        seeds = sorted(set(a) & set(b))
+        xs = sorted({x for sd in seeds for x in (*a[sd], *b[sd])})
+        if not seeds or any(set(a[sd]) != set(xs) or set(b[sd]) != set(xs) for sd in seeds):
             continue
+        ya = np.array([[a[sd][x] for x in xs] for sd in seeds])
+        yb = np.array([[b[sd][x] for x in xs] for sd in seeds])
         out.append({"setting": setting, "budget": budget, "method": method, "baseline": baseline, "metric": metric,
-                    **efficiency_row(xa, ya, yb, higher_is_better=not lower_is_better(metric))})
+                    **efficiency_row(np.array(xs, dtype=float), ya, yb, higher_is_better=not lower_is_better(metric),
+                                     bootstrap=bootstrap)})
     return out

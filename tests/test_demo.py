@@ -48,6 +48,7 @@ def test_demo_same_seeds_same_base_and_writes_summary(tmp_path, monkeypatch):
         higher = not r["metric"].startswith(("judge/fid", "judge/defect_"))
         reach = images_to_reach([i * 4 for i in its], curve, curve[-1], higher_is_better=higher)
         assert r["ratio"] == pytest.approx(reach / (its[-1] * 4)) and 0 < r["ratio"] <= 1
+        assert r["seeds"] == 2 and r["ratio_low"] <= r["ratio"]  # paired seed bootstrap around it
 
 
 def test_demo_rejects_bad_method_before_training(tmp_path):

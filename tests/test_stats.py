@@ -105,3 +105,36 @@ def test_row_timing_is_half_and_zero_for_the_static_weights_and_reads_a_shift():
     with pytest.raises(ValueError, match="K, T"):
         row_timing([1.0, 2.0])
 
+
+
+def test_efficiency_row_paired_seed_bootstrap_has_its_closed_form_on_two_seeds():
+    # two seeds: resamples (0,0), (0,1)/(1,0), (1,1) with probabilities 1/4, 1/2, 1/4, so the 2.5 % and 97.5 %
+    # percentiles are the smallest and largest of the three resampled ratios (here seed 1 alone, and seed 0 alone)
+    x = np.array([0.0, 100, 200, 300, 400])
+    method = np.array([[0.0, 0.4, 0.6, 0.7, 0.8], [0.0, 0.1, 0.2, 0.5, 0.6]])
+    base = np.array([[0.0, 0.2, 0.3, 0.35, 0.4], [0.0, 0.2, 0.3, 0.35, 0.4]])
+    row = efficiency_row(x, method, base, bootstrap=4000, seed=1)
+    assert row["ratio"] == efficiency_row(x, method.mean(0), base.mean(0))["ratio"]
+    r0, r1 = efficiency_ratio(x, method[0], base[0]), efficiency_ratio(x, method[1], base[1])
+    assert (r0, r1) == (pytest.approx(0.25), pytest.approx(200 / 400 + 100 * (0.4 - 0.2) / (0.5 - 0.2) / 400))
+    assert row["ratio_low"] == pytest.approx(r0) and row["ratio_high"] == pytest.approx(r1)
+    assert row["seeds"] == 2 and row["boot_improved"] == 1.0
+    assert row == efficiency_row(x, method, base, bootstrap=4000, seed=1)  # deterministic under its seed
+    assert efficiency_label(row) == f"{row['ratio']:.2f} [0.25, {r1:.2f}]"
+
+
+def test_efficiency_row_interval_collapses_without_seed_noise_and_reads_not_reached():
+    x = [0, 100, 200, 300, 400]
+    fast, slow = [0.0, 0.4, 0.6, 0.7, 0.8], [0.0, 0.2, 0.3, 0.35, 0.4]
+    row = efficiency_row(x, [fast] * 3, [slow] * 3)
+    assert row["ratio"] == row["ratio_low"] == row["ratio_high"] == pytest.approx(0.25)
+    assert efficiency_label(row) == "0.25 [0.25, 0.25]"
+    never = efficiency_row(x, [slow] * 3, [fast] * 3)  # the method never reaches the baseline's final value
+    assert never["ratio"] is None and never["ratio_low"] is None and never["ratio_high"] is None
+    assert efficiency_label(never) == "not reached"
+    # one seed reaches it, one does not: "not reached" sits inside the interval
+    mixed = efficiency_row(x, [fast, [0.0] * 5], [slow, slow], bootstrap=4000)
+    assert mixed["ratio_low"] == pytest.approx(0.25) and mixed["ratio_high"] is None
+    assert efficiency_label(mixed).endswith("[0.25, not reached]")
+    with pytest.raises(ValueError, match="one shape"):
+        efficiency_row(x, [fast] * 3, [slow] * 2)

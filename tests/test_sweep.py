@@ -93,6 +93,9 @@ def test_aggregation_on_synthetic_runs(tmp_path):
     assert eff["uniform"]["baseline_final"] == pytest.approx(np.mean([0.4, 0.5, 0.65]))
     # recast's mean curve 0, 0.3, 0.6 at 0, 16, 32 images reaches uniform's final 0.5167 at 16 + 16 * 0.2167 / 0.3
     assert eff["uniform"]["ratio"] == pytest.approx((16 + 16 * (0.51667 - 0.3) / 0.3) / 32, rel=1e-3)
+    # the interval resamples the 3 seeds both methods ran, paired, and brackets the seed-mean ratio
+    assert eff["uniform"]["seeds"] == 3 and eff["uniform"]["ratio_low"] <= eff["uniform"]["ratio"]
+    assert eff["uniform"]["ratio_high"] is None or eff["uniform"]["ratio"] <= eff["uniform"]["ratio_high"]
 
 
 def test_w_timing_reads_the_last_W_of_each_finished_recast_run(tmp_path):
