@@ -106,7 +106,6 @@ def test_row_timing_is_half_and_zero_for_the_static_weights_and_reads_a_shift():
         row_timing([1.0, 2.0])
 
 
-
 def test_efficiency_row_paired_seed_bootstrap_has_its_closed_form_on_two_seeds():
     # two seeds: resamples (0,0), (0,1)/(1,0), (1,1) with probabilities 1/4, 1/2, 1/4, so the 2.5 % and 97.5 %
     # percentiles are the smallest and largest of the three resampled ratios (here seed 1 alone, and seed 0 alone)
