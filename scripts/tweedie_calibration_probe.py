@@ -26,13 +26,12 @@ import torch
 
 
 def inputs(num_prompts: int = 64, seed: int = 0):
-    """p_clean (K, N), proxies (K, T+1, N) and pooled x̂_0 features (T-1, N, 48) of notebook 02's batch."""
+    """p_clean (K, N), proxies (K, T+1, N) and pooled x̂_0 features (T-1, N, 48) of notebook 02's batch, drawn as
+    `estimate_profiles` draws it (`model_batch`, then `tweedie_pairs`)."""
     import recast
     from recast.digits.data import prompt_set
     from recast.digits.rewards import SETTINGS
-    from recast.informativeness.probe import p_map, stack_rewards
-    from recast.rollout import fine_grid, sample_ancestral
-    from recast.sampling import predict_velocity, sigma_schedule
+    from recast.informativeness.probe import model_batch, tweedie_pairs
     from recast.world import load_world
 
     root = Path(recast.__file__).resolve().parents[1]
@@ -40,25 +39,12 @@ def inputs(num_prompts: int = 64, seed: int = 0):
     names = [n for s in ("compose", "quality") for n in SETTINGS[s]]
     pool = prompt_set("train")
     prompts = pool[:: max(1, len(pool) // num_prompts)][:num_prompts]
-    reward = stack_rewards([world.reward(n, "cpu") for n in names])
-    gen = torch.Generator().manual_seed(seed)
-    sigmas = sigma_schedule(6, 3.0)
-    embeds = world.encode_prompts(prompts)
-    noise = torch.randn((len(prompts), *world.sample_shape), generator=gen)
-    with torch.no_grad():
-        x0 = sample_ancestral(world.transformer, embeds, noise, fine_grid(sigmas, 0, 4), gen)
-        to_p, _ = p_map(reward(world.decode(x0), prompts).double(), 5.0, 1e-2)
-        p_clean = to_p(reward(world.decode(x0), prompts).double())
-        T, N = len(sigmas) - 1, len(prompts)
-        prox = torch.full((T + 1, N, len(names)), float("nan"), dtype=torch.float64)
-        feats = []
-        for j in range(1, T):
-            s = float(sigmas[j])
-            xs = (1 - s) * x0 + s * torch.randn(x0.shape, generator=gen, dtype=x0.dtype)
-            img = world.decode(xs - s * predict_velocity(world.transformer, xs, s, embeds))
-            prox[j] = to_p(reward(img, prompts)).double()
-            feats.append(torch.nn.functional.avg_pool2d(img, 6).flatten(1).double())
-    return names, p_clean.T.numpy(), prox.permute(2, 0, 1).numpy(), torch.stack(feats).numpy()
+    b = model_batch(world, names, prompts, seed=seed)
+    feats = []
+    p_clean, p_proxy = tweedie_pairs(world, b.embeds, prompts, b.x0, b.sigmas, b.reward, b.to_p, generator=b.generator,
+                                     on_prediction=lambda j, img: feats.append(
+                                         torch.nn.functional.avg_pool2d(img, 6).flatten(1).double()))
+    return names, p_clean.T.numpy(), p_proxy.permute(2, 0, 1).numpy(), torch.stack(feats).numpy()
 
 
 def _shrunk(y: np.ndarray, fitted: np.ndarray, r2_oos: float) -> np.ndarray:

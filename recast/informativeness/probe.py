@@ -27,7 +27,8 @@ from recast.sampling import predict_velocity, sample_ode, sigma_schedule
 from recast.solver import solve_weights
 from recast.trainer.advantages import reward_to_p, silenced_rewards
 
-__all__ = ["Profile", "spearman", "stack_rewards", "p_map", "tweedie_estimate", "estimate_profiles"]
+__all__ = ["Profile", "ModelBatch", "spearman", "stack_rewards", "p_map", "model_batch", "tweedie_pairs",
+           "tweedie_estimate", "estimate_profiles"]
 
 ESTIMATORS = ("tweedie", "rollout")
 
@@ -133,10 +134,13 @@ def p_map(R_clean: torch.Tensor, adv_clip_max: float = 5.0, std_floor: float = 1
 
 
 @torch.no_grad()
-def tweedie_estimate(world, embeds, prompts, x0, sigmas, reward, to_p, *, alpha=2.0, bootstrap=200,
-                     generator=None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The tweedie D (K, T + 1) on clean samples x0 with every sample's proxy at every interior grid point, and its
-    bootstrap replicates (R, K, T + 1) over samples."""
+def tweedie_pairs(world, embeds, prompts, x0, sigmas, reward, to_p, *, generator=None,
+                  on_prediction=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tweedie estimator's inputs on clean samples x0: p_clean (N, K), and p_proxy (T + 1, N, K), p_k of the
+    one-step prediction x̂_0 of a forward-noised x_σ at every interior grid point (rows 0 and T are NaN).
+
+    ``on_prediction(j, images)``, if given, sees each column's decoded x̂_0 (for analyses that need more than p_k).
+    """
     T = len(sigmas) - 1
     p_clean = to_p(reward(world.decode(x0), list(prompts))).double().cpu()  # (N, K)
     N, K = p_clean.shape
@@ -145,8 +149,20 @@ def tweedie_estimate(world, embeds, prompts, x0, sigmas, reward, to_p, *, alpha=
         sigma = float(sigmas[j])
         eps = torch.randn(x0.shape, generator=generator, dtype=x0.dtype).to(x0.device)
         x_sigma = (1 - sigma) * x0 + sigma * eps
-        x0_hat = x_sigma - sigma * predict_velocity(world.transformer, x_sigma, sigma, embeds)
-        p_proxy[j] = to_p(reward(world.decode(x0_hat), list(prompts))).double().cpu()
+        images = world.decode(x_sigma - sigma * predict_velocity(world.transformer, x_sigma, sigma, embeds))
+        if on_prediction is not None:
+            on_prediction(j, images)
+        p_proxy[j] = to_p(reward(images, list(prompts))).double().cpu()
+    return p_clean, p_proxy
+
+
+@torch.no_grad()
+def tweedie_estimate(world, embeds, prompts, x0, sigmas, reward, to_p, *, alpha=2.0, bootstrap=200,
+                     generator=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The tweedie D (K, T + 1) on clean samples x0 with every sample's proxy at every interior grid point
+    (`tweedie_pairs`), and its bootstrap replicates (R, K, T + 1) over samples."""
+    p_clean, p_proxy = tweedie_pairs(world, embeds, prompts, x0, sigmas, reward, to_p, generator=generator)
+    N = p_clean.shape[0]
     pc, pp = p_clean.T.numpy(), p_proxy.permute(2, 0, 1).numpy()  # (K, N), (K, T+1, N)
     D = tweedie_discriminability(pc, pp, alpha)
     if bootstrap <= 0:
@@ -155,6 +171,38 @@ def tweedie_estimate(world, embeds, prompts, x0, sigmas, reward, to_p, *, alpha=
     boots = [tweedie_discriminability(pc[:, idx], pp[:, :, idx], alpha)
              for idx in rng.integers(0, N, size=(bootstrap, N))]
     return D, torch.stack(boots)
+
+
+@dataclass(frozen=True)
+class ModelBatch:
+    """One shared batch of model samples for the estimators (`model_batch`)."""
+
+    reward: object  # stacked reward fn: images, prompts -> (N, K)
+    sigmas: torch.Tensor
+    embeds: object
+    noise: torch.Tensor
+    x0: torch.Tensor
+    R_clean: torch.Tensor  # (N, K) raw rewards of x0, float64 on CPU
+    to_p: object  # the trainer's p map, frozen at R_clean (`p_map`)
+    silenced: torch.Tensor
+    generator: torch.Generator  # continues after x0 was drawn: the estimators draw their noise from it
+
+
+@torch.no_grad()
+def model_batch(world, reward_names: Sequence[str], prompts: Sequence[str], *, num_steps: int = 6, shift: float = 3.0,
+                substeps: int = 4, adv_clip_max: float = 5.0, std_floor: float = 1e-2, seed: int = 0) -> ModelBatch:
+    """Clean samples x_0 of the world on ``prompts`` by the ancestral sampler on the fine sub-grid, their rewards and
+    the p map, seeded by ``seed`` (what `estimate_profiles` gives every estimator)."""
+    device = next(world.transformer.parameters()).device
+    reward = stack_rewards([world.reward(n, device) for n in reward_names])
+    gen = torch.Generator().manual_seed(seed)
+    sigmas = sigma_schedule(num_steps, shift)
+    embeds = world.encode_prompts(list(prompts))
+    noise = torch.randn((len(prompts), *world.sample_shape), generator=gen).to(device)
+    x0 = sample_ancestral(world.transformer, embeds, noise, fine_grid(sigmas, 0, substeps), gen)
+    R_clean = reward(world.decode(x0), list(prompts)).double().cpu()
+    to_p, silenced = p_map(R_clean, adv_clip_max, std_floor)
+    return ModelBatch(reward, sigmas, embeds, noise, x0, R_clean, to_p, silenced, gen)
 
 
 def _profile(name, reward_names, sigmas, D, D_boot, lam, silenced, temperature, checks) -> Profile:
@@ -208,36 +256,29 @@ def estimate_profiles(world, reward_names: Sequence[str], prompts: Sequence[str]
     if lam_t.shape != (K,) or (lam_t < 0).any() or lam_t.sum() <= 0:
         raise ValueError(f"lam must be {K} budgets >= 0 with a positive sum, got {list(lam)}")
     lam_t = lam_t / lam_t.sum()
-    device = next(world.transformer.parameters()).device
-    reward = stack_rewards([world.reward(n, device) for n in reward_names])
-    gen = torch.Generator().manual_seed(seed)
-    sigmas = sigma_schedule(num_steps, shift)
-    embeds = world.encode_prompts(prompts)
-    noise = torch.randn((len(prompts), *world.sample_shape), generator=gen).to(device)
-    x0 = sample_ancestral(world.transformer, embeds, noise, fine_grid(sigmas, 0, substeps), gen)
-    R_clean = reward(world.decode(x0), prompts).double().cpu()
-    to_p, silenced = p_map(R_clean, adv_clip_max, std_floor)
+    b = model_batch(world, reward_names, prompts, num_steps=num_steps, shift=shift, substeps=substeps,
+                    adv_clip_max=adv_clip_max, std_floor=std_floor, seed=seed)
     out = {}
     if "tweedie" in estimators:
-        D, D_boot = tweedie_estimate(world, embeds, prompts, x0, sigmas, reward, to_p, alpha=alpha,
-                                     bootstrap=bootstrap, generator=gen)
-        out["tweedie"] = _profile("tweedie", reward_names, sigmas, D, D_boot, lam_t, silenced, temperature, {})
+        D, D_boot = tweedie_estimate(world, b.embeds, prompts, b.x0, b.sigmas, b.reward, b.to_p, alpha=alpha,
+                                     bootstrap=bootstrap, generator=b.generator)
+        out["tweedie"] = _profile("tweedie", reward_names, b.sigmas, D, D_boot, lam_t, b.silenced, temperature, {})
     if "rollout" in estimators:
-        est = rollout_estimate(world.transformer, embeds, x0, sigmas, reward, prompts, world.decode,
-                               num_rollouts=num_rollouts, substeps=substeps, to_p=lambda r: to_p(r.double().cpu()),
-                               alpha=alpha, bootstrap=bootstrap, generator=gen)
+        est = rollout_estimate(world.transformer, b.embeds, b.x0, b.sigmas, b.reward, prompts, world.decode,
+                               num_rollouts=num_rollouts, substeps=substeps, to_p=lambda r: b.to_p(r.double().cpu()),
+                               alpha=alpha, bootstrap=bootstrap, generator=b.generator)
         diff = est.D - est.D[:, -1:]
         if est.D_boot is not None:
             sd = (est.D_boot - est.D_boot[:, :, -1:]).std(0).clamp_min(1e-12)
             dp_z = (diff[:, 1:-1] / sd[:, 1:-1]).amax(1) if num_steps > 1 else torch.zeros(K)
         else:
             dp_z = torch.full((K,), float("nan"))
-        ode = sample_ode(world.transformer, embeds, sigmas, noise=noise, return_trajectory=False).x0
+        ode = sample_ode(world.transformer, b.embeds, b.sigmas, noise=b.noise, return_trajectory=False).x0
         checks = {"dp_z": dp_z.tolist(),
                   "ends_z": reward_agreement(est.p_ends.reshape(-1, K), est.p_clean).tolist(),
-                  "ode_z": reward_agreement(R_clean, reward(world.decode(ode), prompts).double().cpu()).tolist()}
-        out["rollout"] = _profile("rollout", reward_names, sigmas, est.D, est.D_boot, lam_t, silenced, temperature,
-                                  checks)
+                  "ode_z": reward_agreement(b.R_clean, b.reward(world.decode(ode), prompts).double().cpu()).tolist()}
+        out["rollout"] = _profile("rollout", reward_names, b.sigmas, est.D, est.D_boot, lam_t, b.silenced,
+                                  temperature, checks)
     return out
 
 
