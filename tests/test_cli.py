@@ -25,6 +25,21 @@ def test_cli_overrides():
     assert cfg.backend == "grpo" and cfg.nft_beta == 0.5 and cfg.fixed_W == ((0.5, 0.0), (0.0, 0.5))
 
 
+def test_kl_beta_follows_the_setting_unless_given():
+    """cpu and gpu take kl_beta 3 in quality and 1 elsewhere; an explicit kl_beta or a reward list keeps control."""
+    from recast.config import preset
+
+    assert preset("cpu").kl_beta == 1.0 and preset("cpu", setting="compose").kl_beta == 1.0
+    assert preset("cpu", setting="quality").kl_beta == 3.0 and preset("gpu", setting="quality").kl_beta == 3.0
+    assert preset("cpu", setting="timing").kl_beta == 1.0
+    assert preset("cpu", setting="quality", kl_beta=0.5).kl_beta == 0.5
+    assert preset("cpu", setting="quality", rewards=("sharpness",)).kl_beta == 1.0
+    assert preset("ci", setting="quality").kl_beta == 0.0 and preset("sd35", setting="quality").kl_beta == 0.0
+    for preset_args in (["--setting", "quality"], ["--setting", "quality", "--set", "kl_beta=2"]):
+        args = build_parser().parse_args(["train", "--preset", "cpu", "--out", "x", *preset_args])
+        assert config_from_args(args).kl_beta == (2.0 if "--set" in preset_args else 3.0)
+
+
 def test_cli_bad_input(tmp_path, capsys):
     assert main(["train", "--preset", "ci", "--lam", "1,2", "--out", str(tmp_path / "a")]) == 2
     assert "4 rewards" in capsys.readouterr().err
