@@ -31,12 +31,18 @@ MATCHING_JUDGES: dict[str, tuple[str, ...]] = {
 
 def plan_alone(*, rewards: tuple[str, ...], seeds: tuple[int, ...] = (0, 1, 2), world: str = "data/digit_base",
                preset: str = "cpu", iterations: int | None = None, method: str = "uniform",
-               out_root: str | Path = "runs/alone"):
+               out_root: str | Path = "runs/alone", kl_beta: float | None = None):
     """One `recast.sweep.SweepRun` per (reward, seed): ``python -m recast train --rewards <reward>``, λ = (1,).
 
+    A reward list keeps the preset's ``kl_beta`` (1 for cpu); ``kl_beta`` overrides it, e.g. 3 to run a quality reward
+    at the quality setting's weight.
+
     Raises:
-        ValueError: an unknown reward (no matching judge), no seeds or duplicate seeds, an unknown preset.
+        ValueError: an unknown reward (no matching judge), no seeds or duplicate seeds, an unknown preset, a
+            negative or non-finite ``kl_beta``.
     """
+    import math
+
     from recast.config import preset as make_preset
     from recast.sweep import SweepRun
 
@@ -46,6 +52,8 @@ def plan_alone(*, rewards: tuple[str, ...], seeds: tuple[int, ...] = (0, 1, 2), 
         raise ValueError(f"rewards {unknown or list(rewards)}: choose from {', '.join(MATCHING_JUDGES)}")
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and non-empty, got {seeds}")
+    if kl_beta is not None and not (math.isfinite(kl_beta) and kl_beta >= 0):
+        raise ValueError(f"kl_beta must be a finite number >= 0, got {kl_beta}")
     runs = []
     for reward in rewards:
         for seed in seeds:
@@ -54,6 +62,8 @@ def plan_alone(*, rewards: tuple[str, ...], seeds: tuple[int, ...] = (0, 1, 2), 
                     "--seed", str(seed), "--out", str(out), "--set", "num_threads=1"]
             if iterations is not None:
                 args += ["--iterations", str(iterations)]
+            if kl_beta is not None:
+                args += ["--set", f"kl_beta={float(kl_beta)!r}"]
             runs.append(SweepRun("alone", reward, (1.0,), method, seed, out, tuple(args)))
     return runs
 
@@ -109,11 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iterations", type=int)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--out", default="runs/alone")
+    p.add_argument("--kl-beta", type=float, help="override the preset's kl_beta (reward lists keep the preset's 1)")
     p.add_argument("--name", default="alone", help="results file stem under data/results (or $RECAST_RESULTS_DIR)")
     a = p.parse_args(argv)
     runs = plan_alone(rewards=tuple(x for x in a.rewards.split(",") if x),
                       seeds=tuple(int(s) for s in a.seeds.split(",") if s), world=a.world, preset=a.preset,
-                      iterations=a.iterations, out_root=a.out)
+                      iterations=a.iterations, out_root=a.out, kl_beta=a.kl_beta)
     report = run_sweep(runs, jobs=a.jobs)
     for path, err in report.failed.items():
         print(f"failed: {path}\n{err}")

@@ -22,11 +22,24 @@ def test_plan_is_one_single_reward_command_per_seed(tmp_path):
     assert all(r.lam == (1.0,) and r.method == "uniform" for r in runs)
     cmd = runs[2].command
     assert "--rewards clean" in cmd and "--lam 1" in cmd and f"--out {tmp_path / 'clean' / 'seed_0'}" in cmd
+    assert "kl_beta" not in cmd  # a reward list keeps the preset's kl_beta
+
+
+def test_plan_can_set_kl_beta_and_the_command_carries_it(tmp_path):
+    from recast.__main__ import build_parser, config_from_args
+
+    run = plan_alone(rewards=("sharpness",), seeds=(0,), out_root=tmp_path, kl_beta=3)[0]
+    assert "--set kl_beta=3.0" in run.command
+    assert config_from_args(build_parser().parse_args(["train", *run.args])).kl_beta == 3.0
+    assert config_from_args(build_parser().parse_args(["train", *plan_alone(
+        rewards=("sharpness",), seeds=(0,), out_root=tmp_path)[0].args])).kl_beta == 1.0
 
 
 @pytest.mark.parametrize("kwargs, match", [(dict(rewards=("hue",)), "hue"), (dict(rewards=()), "choose from"),
                                            (dict(rewards=("digit",), seeds=(1, 1)), "distinct"),
-                                           (dict(rewards=("digit",), preset="huge"), "preset")])
+                                           (dict(rewards=("digit",), preset="huge"), "preset"),
+                                           (dict(rewards=("digit",), kl_beta=-1.0), "kl_beta"),
+                                           (dict(rewards=("digit",), kl_beta=float("nan")), "kl_beta")])
 def test_bad_plans_are_refused(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         plan_alone(out_root=tmp_path, **kwargs)
