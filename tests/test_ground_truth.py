@@ -181,7 +181,7 @@ def test_designed_timing_on_the_base_model(base):
     """The timing setting's premise: colour is decided before clean, and colour and position before digit.
 
     Measured with the cheap estimator on the 64 samples of figure 02 (tweedie centres of mass of 6 columns: colour 2.2,
-    position 2.4, digit 3.2, clean 3.2; the ground truth's, from the notebook's full run: 1.92, 1.93, 2.85, 3.05). A
+    position 2.4, digit 3.2, clean 3.2; the ground truth's at 256 samples, with clean's ink gate: 1.85, 1.97, 2.69, 2.40). A
     CI-sized ground truth (32 samples, 4 continuations) is too noisy to order them: colour 2.1, clean 2.5, digit 2.3.
     """
     from recast.informativeness.probe import estimate_profiles
