@@ -6,7 +6,8 @@ palette colours all have a maximum channel of 1, so on a real canvas ``I`` is ex
 
 When is each reward informative during denoising (the ReCAST question)? ``color`` and ``position`` read global,
 low-frequency structure and can judge a sample early; ``size`` early-to-mid; ``digit`` needs the glyph's shape (mid);
-``contrast`` mid-to-late; ``sharpness``, ``clean`` and ``realism`` read edges and pixel-level noise (late).
+``contrast`` mid-to-late; ``sharpness``, ``clean`` and ``realism`` read edges and pixel-level noise (late; clean's ink
+gate also reads whether there is a glyph at all, which is settled early).
 """
 
 from __future__ import annotations
@@ -174,7 +175,9 @@ def clean_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     The gate ``1 - exp(-sum J / CLEAN_INK_MASS)`` on the ink mass above the background (as in ``sharpness``) takes an
     erased canvas to 0: without it, absence of stray ink could be bought by removing the glyph (an empty canvas
     scored 0.94, above 40 % of real glyphs, and training found it). Real glyphs hold at least ~16 units of ink
-    (1st percentile), so the gate costs them under 2 %. Informative late."""
+    (1st percentile), so the gate costs them at most about 2 %. Informative mid to late: the stray ink is settled
+    late, but the gate (is there enough ink at all) early, so on the committed base model the ground truth's centre
+    of mass is 2.40 of 0..5 (2.95 without the gate)."""
     _specs(prompts, images.shape[0])
     specks, mean = stray_ink(images)
     gate = 1.0 - torch.exp(-above_background(images).sum((1, 2)) / CLEAN_INK_MASS)
