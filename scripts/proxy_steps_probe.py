@@ -71,17 +71,11 @@ def gains_of(pc: np.ndarray, pp: np.ndarray) -> torch.Tensor:
     return telescoping_gains(tweedie_discriminability(pc, pp))
 
 
-def centre_of_mass(g: torch.Tensor) -> torch.Tensor:
-    """Centre of mass of each row of gains over the column index (0 = noisiest); NaN for an all-zero row."""
-    cols = torch.arange(g.shape[-1], dtype=torch.float64)
-    tot = g.sum(-1)
-    return torch.where(tot > 0, (g * cols).sum(-1) / tot.clamp_min(1e-300), torch.full_like(tot, float("nan")))
-
-
 def main(path: str = "data/results/informativeness_base_256.json") -> dict:
     import recast
     from recast.digits.data import prompt_set
     from recast.digits.rewards import SETTINGS
+    from recast.informativeness import gains_centre_of_mass
     from recast.informativeness.probe import model_batch, spearman
     from recast.world import load_world
 
@@ -105,11 +99,11 @@ def main(path: str = "data/results/informativeness_base_256.json") -> dict:
                         substeps=par["substeps"], seed=seed)
         pc, pps, passes = proxies(world, b, prompts)
         g_true = torch.tensor(g_true, dtype=torch.float64)
-        res = {"seed": seed, "ground_truth_com": centre_of_mass(g_true).tolist(), "variants": {}}
+        res = {"seed": seed, "ground_truth_com": gains_centre_of_mass(g_true).tolist(), "variants": {}}
         for v in VARIANTS:
             g = gains_of(pc, pps[v])
             res["variants"][v] = {"rho": [spearman(g[k], g_true[k]) for k in range(len(names))],
-                                  "com": centre_of_mass(g).tolist(), "passes_per_sample": passes[v]}
+                                  "com": gains_centre_of_mass(g).tolist(), "passes_per_sample": passes[v]}
         off = (gains_of(pc, pps["1 step"]) - torch.tensor(g_committed, dtype=torch.float64)).abs().amax(1) > 1e-6
         if off.any():
             raise RuntimeError(f"seed {seed}: the 1-step variant does not reproduce the committed tweedie gains of "

@@ -12,6 +12,7 @@ from scipy.stats import norm
 
 from recast.informativeness import (
     InformativenessTracker,
+    gains_centre_of_mass,
     pav_nondecreasing,
     posterior_discriminability,
     renyi_discriminability,
@@ -79,6 +80,26 @@ def test_gains_nonnegative_and_telescope(D):
     # The fit is the least-squares non-decreasing projection: monotone and mean-preserving per row.
     assert (torch.diff(fit, dim=1) >= -1e-12).all()
     np.testing.assert_allclose(fit.mean(1).numpy(), D.mean(1), atol=1e-9)
+
+
+def test_gains_centre_of_mass_closed_forms_and_errors():
+    g = torch.tensor([[0.0, 0.0, 2.0, 0.0],    # all gain in column 2
+                      [1.0, 1.0, 1.0, 1.0],    # uniform: the middle, (T - 1) / 2
+                      [3.0, 0.0, 0.0, 1.0],    # (0 * 3 + 3 * 1) / 4
+                      [0.0, 0.0, 0.0, 0.0]],   # no gain: no timing
+                     dtype=torch.float64)
+    com = gains_centre_of_mass(g)
+    torch.testing.assert_close(com[:3], torch.tensor([2.0, 1.5, 0.75], dtype=torch.float64), rtol=0, atol=1e-12)
+    assert torch.isnan(com[3])
+    # scale-free per row, a single row works, and it agrees with the gains of a D that rises in one step
+    torch.testing.assert_close(gains_centre_of_mass(5.0 * g[:3]), com[:3], rtol=0, atol=1e-12)
+    assert float(gains_centre_of_mass(g[2])) == pytest.approx(0.75)
+    D = torch.tensor([0.0, 0.0, 0.0, 0.3, 0.3], dtype=torch.float64)
+    assert float(gains_centre_of_mass(telescoping_gains(D))) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="non-negative"):
+        gains_centre_of_mass(torch.tensor([0.1, -0.1]))
+    with pytest.raises(ValueError, match="shape"):
+        gains_centre_of_mass(torch.zeros(2, 3, 4))
 
 
 def test_gains_equal_diff_exactly_on_monotone_rows_and_pav_closed_form():

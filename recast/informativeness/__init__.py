@@ -5,6 +5,7 @@ turns into W (§5-§6), and `simulate` a synthetic stand-in for training that me
 """
 
 from recast.informativeness.discriminability import (
+    gains_centre_of_mass,
     loo_calibrated_values,
     pav_nondecreasing,
     posterior_discriminability,
@@ -20,6 +21,7 @@ __all__ = [
     "renyi_rows",
     "pav_nondecreasing",
     "telescoping_gains",
+    "gains_centre_of_mass",
     "loo_calibrated_values",
     "tweedie_discriminability",
     "posterior_discriminability",

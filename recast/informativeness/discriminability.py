@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "gains_centre_of_mass",
     "renyi_discriminability",
     "renyi_rows",
     "pav_nondecreasing",
@@ -131,6 +132,25 @@ def telescoping_gains(D) -> torch.Tensor:
     if fit.shape[-1] < 2:
         raise ValueError(f"D needs at least 2 grid points (T >= 1), got shape {tuple(fit.shape)}")
     return torch.diff(fit, dim=-1).clamp_min(0.0)
+
+
+def gains_centre_of_mass(gains) -> torch.Tensor:
+    """Where along the grid each reward's gains sit: the gain-weighted mean column index, 0 = the noisiest step.
+
+    Args:
+        gains: (K, T) (or (T,)) non-negative per-step gains (`telescoping_gains`).
+
+    Returns:
+        float64 tensor (K,) (or scalar) in [0, T − 1]; NaN for a row with no gain (no timing to read).
+    """
+    g = torch.as_tensor(gains, dtype=torch.float64)
+    if g.ndim not in (1, 2) or g.shape[-1] < 1:
+        raise ValueError(f"gains must be (T,) or (K, T) with T >= 1, got shape {tuple(g.shape)}")
+    if (g < 0).any():
+        raise ValueError("gains must be non-negative")
+    tot = g.sum(-1)
+    com = (g * torch.arange(g.shape[-1], dtype=torch.float64)).sum(-1) / torch.where(tot > 0, tot, 1.0)
+    return torch.where(tot > 0, com, torch.full_like(com, float("nan")))
 
 
 def renyi_rows(values: np.ndarray, alpha: float = 2.0) -> np.ndarray:
