@@ -32,7 +32,7 @@ def proxies(world, b, prompts) -> tuple[np.ndarray, dict[str, np.ndarray], dict[
     """p_clean (K, N) and, per variant, p_k of its proxy (K, T+1, N) at every interior grid point of batch ``b``
     (`model_batch`); the noise is drawn from ``b.generator`` in `tweedie_pairs`' order. Also forward passes per
     sample, summed over the interior grid points."""
-    from recast.sampling import predict_velocity
+    from recast.sampling import predict_velocity, sample_ode
 
     T, sig = len(b.sigmas) - 1, [float(s) for s in b.sigmas]
     p_clean = b.to_p(b.reward(world.decode(b.x0), list(prompts))).double().cpu()
@@ -54,10 +54,8 @@ def proxies(world, b, prompts) -> tuple[np.ndarray, dict[str, np.ndarray], dict[
         x_next = x + (sig[j + 1] - sig[j]) * v
         out["2 steps"][:, j] = score(x_next - sig[j + 1] * v_at(x_next, sig[j + 1])) if sig[j + 1] > 0 else \
             out["1 step"][:, j]
-        y = x_next
-        for i in range(j + 1, T):
-            y = y + (sig[i + 1] - sig[i]) * v_at(y, sig[i])
-        out["ODE to 0"][:, j] = score(y)
+        out["ODE to 0"][:, j] = score(sample_ode(world.transformer, b.embeds, b.sigmas[j + 1:], noise=x_next,
+                                                 return_trajectory=False).x0)
         passes["1 step"] += 1
         passes["2 steps"] += 1 + (sig[j + 1] > 0)
         passes["ODE to 0"] += T - j

@@ -126,6 +126,12 @@ def above_background(images: torch.Tensor) -> torch.Tensor:
     return (I - I.flatten(1).median(1).values[:, None, None]).clamp_min(0.0)
 
 
+def _ink_gate(J: torch.Tensor, mass: float) -> torch.Tensor:
+    """``1 - exp(-sum J / mass)`` per canvas: 0 on an empty canvas, ~1 once the ink above the background (``J``,
+    `above_background`, (B, H, W)) well exceeds ``mass``. Shared by the rewards that must not pay for erasing."""
+    return 1.0 - torch.exp(-J.sum((1, 2)) / mass)
+
+
 def sharpness_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """How steep the ink's edges are relative to the ink's own height, times a gate on how much ink there is.
 
@@ -142,8 +148,7 @@ def sharpness_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     gy, gx = (J[:, 1:, :] - J[:, :-1, :]).abs(), (J[:, :, 1:] - J[:, :, :-1]).abs()
     slope = (gy.pow(2).sum((1, 2)) + gx.pow(2).sum((1, 2))) / ((gy.sum((1, 2)) + gx.sum((1, 2))) * J.amax((1, 2))
                                                              + _EPS)
-    gate = 1.0 - torch.exp(-J.sum((1, 2)) / SHARPNESS_INK_MASS)
-    return ((1.0 - torch.exp(-slope / SHARPNESS_SLOPE)) * gate).float()
+    return ((1.0 - torch.exp(-slope / SHARPNESS_SLOPE)) * _ink_gate(J, SHARPNESS_INK_MASS)).float()
 
 
 def stray_ink(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,7 +185,7 @@ def clean_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     of mass is 2.40 of 0..5 (2.95 without the gate)."""
     _specs(prompts, images.shape[0])
     specks, mean = stray_ink(images)
-    gate = 1.0 - torch.exp(-above_background(images).sum((1, 2)) / CLEAN_INK_MASS)
+    gate = _ink_gate(above_background(images), CLEAN_INK_MASS)
     return (torch.exp(-specks / CLEAN_SPECK_COUNT - mean / CLEAN_SCALE) * gate).float()
 
 
