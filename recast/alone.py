@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "alone_table", "main"]
+__all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "alone_table", "rule_false_alarm", "main"]
 
 # reward -> the held-out judges that check the same property
 MATCHING_JUDGES: dict[str, tuple[str, ...]] = {
@@ -81,6 +81,29 @@ def change_over_seeds(rows: list[dict], metric: str) -> dict:
             "worse": bool(better < -std)}
 
 
+def rule_false_alarm(n_seeds: int, n_judges: int = 1) -> float:
+    """The noise floor of the one-seed-std rule: how often it calls a judge with no true change "worse".
+
+    With the per-seed changes d_1..d_n i.i.d. normal with mean 0, "worse" is ``mean(d) < -std(d)`` (ddof 1), i.e. the
+    one-sample t statistic ``mean / (std / sqrt n)`` falls below ``-sqrt n``: probability ``F_{t, n-1}(-sqrt n)``
+    (0.113 at 3 seeds, 0.045 at 5). For ``n_judges`` independent judges without a change, the chance that at least
+    one of them is called worse is ``1 - (1 - p)^m``; correlated judges (strict with digit) give less.
+
+    Raises:
+        ValueError: fewer than 2 seeds (no seed-std) or fewer than 1 judge.
+    """
+    import math
+
+    from scipy.stats import t as student_t
+
+    if int(n_seeds) != n_seeds or n_seeds < 2:
+        raise ValueError(f"n_seeds must be an integer >= 2 (the rule needs a seed-std), got {n_seeds}")
+    if int(n_judges) != n_judges or n_judges < 1:
+        raise ValueError(f"n_judges must be an integer >= 1, got {n_judges}")
+    p = float(student_t.cdf(-math.sqrt(n_seeds), df=n_seeds - 1))
+    return 1.0 - (1.0 - p) ** int(n_judges)
+
+
 def alone_table(rows: list[dict]) -> list[dict]:
     """Per (reward, judge): the paired change final − base over seeds, its seed-std, and whether it is the matching
     judge; plus a ``verdict`` row per reward ("pass" / "fail") under judge ``"*"``.
@@ -138,6 +161,12 @@ def main(argv: list[str] | None = None) -> int:
             ("matching, " if r["matching"] else "") + ("up" if r["improved"] else "down" if r["worse"] else "flat")
         label = "training reward" if r["judge"] == "*" else r["judge"]
         print(f"| {r['reward']} | {label} | {r['delta']:+.3f} | {r['seed_std']:.3f} | {tag} |")
+    n = min((r["n"] for r in table), default=0)
+    if n >= 2:
+        m = max(sum(1 for r in table if r["reward"] == w and r["judge"] != "*" and not r["matching"])
+                for w in {r["reward"] for r in table})
+        print(f"noise floor of the rule at {n} seeds: a judge without a true change is called worse with probability "
+              f"{rule_false_alarm(n):.3f}; at least one of {m} independent such judges: {rule_false_alarm(n, m):.3f}")
     print(f"\n{len(report.ran)} runs trained, {len(report.skipped)} skipped in {report.wall_time_s:.0f} s")
     return 1 if report.failed else 0
 

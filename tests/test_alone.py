@@ -61,3 +61,31 @@ def test_verdicts_follow_the_seed_std_rule():
     assert fid["delta"] == pytest.approx(10) and fid["worse"] and not fid["matching"]
     assert table[("color", "judge/color")]["improved"]
     assert not table[("color", "*")]["improved"]  # its matching judge rose, but the Fréchet distance got worse
+
+
+def test_rule_false_alarm_has_the_closed_form_at_three_seeds_and_matches_a_simulation():
+    import numpy as np
+
+    from recast.alone import change_over_seeds, rule_false_alarm
+
+    # t with 2 degrees of freedom has CDF 1/2 + t / (2 sqrt(2 + t^2)); at t = -sqrt 3: 1/2 - sqrt(3) / (2 sqrt 5)
+    p3 = 0.5 - np.sqrt(3) / (2 * np.sqrt(5))
+    assert rule_false_alarm(3) == pytest.approx(p3, rel=1e-9)
+    assert rule_false_alarm(3, 8) == pytest.approx(1 - (1 - p3) ** 8, rel=1e-9)
+    assert rule_false_alarm(5) == pytest.approx(0.0445, abs=5e-4)
+    assert rule_false_alarm(2) > rule_false_alarm(3) > rule_false_alarm(5) > rule_false_alarm(10)
+    # The same rule, applied by change_over_seeds to simulated null changes, fires at that rate (5 sigma of MC error).
+    rng = np.random.default_rng(0)
+    for n in (3, 5):
+        calls = [change_over_seeds([{"judge/x": d, "base:judge/x": 0.0} for d in rng.normal(size=n)], "judge/x")
+                 ["worse"] for _ in range(4000)]
+        p = rule_false_alarm(n)
+        assert abs(np.mean(calls) - p) < 5 * np.sqrt(p * (1 - p) / 4000), (n, np.mean(calls), p)
+
+
+@pytest.mark.parametrize("kwargs", [dict(n_seeds=1), dict(n_seeds=2.5), dict(n_seeds=3, n_judges=0)])
+def test_rule_false_alarm_refuses_what_has_no_seed_std(kwargs):
+    from recast.alone import rule_false_alarm
+
+    with pytest.raises(ValueError):
+        rule_false_alarm(**kwargs)
