@@ -196,21 +196,26 @@ def paired(runs: dict[str, list[Path]], *, method: str = "recast", confidence: f
     """Paired ``method`` − baseline differences of every final eval metric, for each other method as the baseline.
 
     Runs pair by seed (``seed_<s>`` folders of the same index share the seed, base model, prompts and noise), so
-    seed-to-seed variation cancels; the verdict follows `recast.stats.paired_difference`.
+    seed-to-seed variation cancels; the verdict follows `recast.stats.paired_difference`, with a pass rate's s.d.
+    taken as at least one prompt of the runs' ``eval_prompts`` (`recast.stats.count_resolution`).
     """
-    from recast.stats import lower_is_better, paired_difference
+    from recast.stats import count_resolution, lower_is_better, paired_difference
     from recast.trainer.metrics import load_run
 
     if method not in runs:
         return []
-    final = {m: [load_run(p).evals[-1] for p in paths] for m, paths in runs.items()}
+    loaded = {m: [load_run(p) for p in paths] for m, paths in runs.items()}
+    final = {m: [r.evals[-1] for r in rs] for m, rs in loaded.items()}
+    n_prompts = {r.config.get("eval_prompts") for rs in loaded.values() for r in rs}
+    n_prompts = n_prompts.pop() if len(n_prompts) == 1 else None  # runs evaluated on different counts: no floor
     out = []
     for baseline in (m for m in runs if m != method):
         if len(runs[baseline]) != len(runs[method]):
             raise ValueError(f"{method} and {baseline} ran different numbers of seeds; pairs need the same seeds")
         for key in (k for k in final[method][0] if k != "iteration"):
-            d = paired_difference([e[key] for e in final[method]], [e[key] for e in final[baseline]],
-                                  higher_is_better=not lower_is_better(key), confidence=confidence)
+            a, b = [e[key] for e in final[method]], [e[key] for e in final[baseline]]
+            d = paired_difference(a, b, higher_is_better=not lower_is_better(key), confidence=confidence,
+                                  resolution=count_resolution(a + b, n_prompts))
             out.append({"method": method, "baseline": baseline, "metric": key, "n": d.n, "diff": d.mean,
                         "ci_low": d.ci_low, "ci_high": d.ci_high, "verdict": d.verdict})
     return out

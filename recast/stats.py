@@ -4,6 +4,12 @@ Every comparison is *paired*: method A and baseline B share the seed (same base 
 budget), so the seed-to-seed variation they share cancels in the difference ``d_s = A_s - B_s``. A cell is a win or a
 loss only when the t-interval of the mean difference excludes zero; otherwise it is a tie.
 
+Pass rates are counts over a few evaluation prompts (64 at the cpu preset), so a paired difference moves in steps of
+one prompt, ``1 / N``. With 3 seeds, all three can differ by the same step, and the sample s.d. is then 0 and the
+interval has zero width: a "win" that rests on the judge's resolution, not on evidence. So the s.d. of a difference of
+pass rates is never taken below one step (`count_resolution`); continuous metrics (rewards, the Fréchet distance)
+are unaffected.
+
 Metric direction: judges and rewards are higher-is-better except the Fréchet distance and the defect rates
 (`lower_is_better`). Verdicts are always stated from A's side: "win" means A is better on that metric.
 """
@@ -16,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["lower_is_better", "PairedDiff", "paired_difference", "tally", "images_to_reach", "efficiency_ratio"]
+__all__ = ["lower_is_better", "PairedDiff", "paired_difference", "count_resolution", "tally", "images_to_reach",
+           "efficiency_ratio"]
 
 _LOWER_IS_BETTER = ("judge/fid", "judge/defect_", "fid", "defect_")
 
@@ -46,17 +53,30 @@ class PairedDiff:
     confidence: float
 
 
+def count_resolution(values: Sequence[float], n_prompts: int | None) -> float:
+    """The step ``1 / n_prompts`` when every value is a count over ``n_prompts`` prompts (a pass rate: an integer
+    multiple of the step, to 1e-9), else 0 (a continuous metric, or ``n_prompts`` unknown)."""
+    if not n_prompts or n_prompts <= 0:
+        return 0.0
+    v = np.asarray(values, dtype=float) * n_prompts
+    return 1.0 / n_prompts if v.size and np.all(np.abs(v - np.round(v)) < 1e-9) else 0.0
+
+
 def paired_difference(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool = True,
-                      confidence: float = 0.95) -> PairedDiff:
+                      confidence: float = 0.95, resolution: float = 0.0) -> PairedDiff:
     """Paired comparison of A against B.
 
     Args:
         a, b: the metric per seed, aligned (a[s] and b[s] share seed s).
         higher_is_better: the metric's direction.
         confidence: interval level in (0, 1).
+        resolution: the smallest step the metric can move by (`count_resolution`: ``1 / N`` for a pass rate over
+            N prompts, 0 for a continuous metric); the s.d. of the differences is taken as at least this, so
+            identical quantised differences do not give a zero-width interval.
 
     Raises:
-        ValueError: different lengths, no pairs, non-finite values, or a confidence outside (0, 1).
+        ValueError: different lengths, no pairs, non-finite values, a confidence outside (0, 1), or a negative
+            resolution.
     """
     from scipy.stats import t as student_t
 
@@ -67,11 +87,14 @@ def paired_difference(a: Sequence[float], b: Sequence[float], *, higher_is_bette
         raise ValueError("paired_difference got a non-finite value")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if not (math.isfinite(resolution) and resolution >= 0):
+        raise ValueError(f"resolution must be a finite number >= 0, got {resolution}")
     d = a - b
     n, mean = d.size, float(d.mean())
     if n < 2:
         return PairedDiff(n, mean, math.nan, math.nan, "tie", confidence)
-    half = float(student_t.ppf(0.5 + confidence / 2, n - 1) * d.std(ddof=1) / math.sqrt(n))
+    sd = max(float(d.std(ddof=1)), resolution)
+    half = float(student_t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n))
     lo, hi = mean - half, mean + half
     better, worse = (lo > 0, hi < 0) if higher_is_better else (hi < 0, lo > 0)
     return PairedDiff(n, mean, lo, hi, "win" if better else "loss" if worse else "tie", confidence)

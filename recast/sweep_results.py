@@ -24,7 +24,8 @@ def images_per_iteration(config: dict) -> int:
 
 
 def collect(runs: list[SweepRun]) -> list[dict]:
-    """One row per finished run: its cell, seed, sample budget, command, and every final eval metric.
+    """One row per finished run: its cell, seed, sample budget, evaluation prompts, command, and every final eval
+    metric.
 
     The base model's scores (the evaluation at iteration 0, when the preset evaluates there) are kept under
     ``base:<metric>``.
@@ -38,7 +39,8 @@ def collect(runs: list[SweepRun]) -> list[dict]:
         r = load_run(run.out_dir)
         row = {"setting": run.setting, "budget": run.budget, "lam": ",".join(f"{x:g}" for x in run.lam),
                "method": run.method, "seed": run.seed, "iterations": int(r.config["iterations"]),
-               "images": int(r.config["iterations"]) * images_per_iteration(r.config)}
+               "images": int(r.config["iterations"]) * images_per_iteration(r.config),
+               "eval_prompts": r.config.get("eval_prompts")}
         row.update({k: v for k, v in r.evals[-1].items() if k != "iteration" and isinstance(v, (int, float))})
         if r.evals[0].get("iteration") == 0:
             row.update({f"base:{k}": v for k, v in r.evals[0].items() if k != "iteration"
@@ -86,6 +88,18 @@ def w_timing(runs: list[SweepRun]) -> list[dict]:
     return out
 
 
+def _resolution(rows: list[dict], values) -> float:
+    """`recast.stats.count_resolution` of ``values`` at the rows' shared ``eval_prompts`` (0 when the rows do not
+    carry it, or disagree)."""
+    from recast.stats import count_resolution
+
+    n = {r.get("eval_prompts") for r in rows}
+    try:
+        return count_resolution(values, int(float(n.pop()))) if len(n) == 1 else 0.0
+    except (TypeError, ValueError):  # absent (None) or empty in a CSV row
+        return 0.0
+
+
 def _metrics(rows: list[dict]) -> list[str]:
     keys = []
     for r in rows:
@@ -123,8 +137,9 @@ def training_change(rows: list[dict], confidence: float = 0.95) -> list[dict]:
         for m in _metrics(sel):
             if not all(m in r and f"base:{m}" in r for r in sel):
                 continue
-            d = paired_difference([r[m] for r in sel], [r[f"base:{m}"] for r in sel],
-                                  higher_is_better=not lower_is_better(m), confidence=confidence)
+            a, b = [r[m] for r in sel], [r[f"base:{m}"] for r in sel]
+            d = paired_difference(a, b, higher_is_better=not lower_is_better(m), confidence=confidence,
+                                  resolution=_resolution(sel, a + b))
             cell.append({"setting": setting, "budget": budget, "method": method, "metric": m, "n": d.n,
                          "base": float(np.mean([r[f"base:{m}"] for r in sel])), "change": d.mean,
                          "ci_low": d.ci_low, "ci_high": d.ci_high,
@@ -154,8 +169,9 @@ def compare(rows: list[dict], *, method: str = "recast", baseline: str = "unifor
         for m in _metrics([a[s] for s in seeds] + [b[s] for s in seeds]):
             if not all(m in a[s] and m in b[s] for s in seeds):
                 continue
-            d = paired_difference([a[s][m] for s in seeds], [b[s][m] for s in seeds],
-                                  higher_is_better=not lower_is_better(m), confidence=confidence)
+            va, vb = [a[s][m] for s in seeds], [b[s][m] for s in seeds]
+            d = paired_difference(va, vb, higher_is_better=not lower_is_better(m), confidence=confidence,
+                                  resolution=_resolution([a[s] for s in seeds] + [b[s] for s in seeds], va + vb))
             out.append({"setting": setting, "budget": budget, "method": method, "baseline": baseline, "metric": m,
                         "n": d.n, "diff": d.mean, "ci_low": d.ci_low, "ci_high": d.ci_high, "verdict": d.verdict})
     return out

@@ -34,6 +34,9 @@ def test_demo_same_seeds_same_base_and_writes_summary(tmp_path, monkeypatch):
         want = sum(a[metric] - b[metric] for a, b in zip(finals["recast"], finals["uniform"])) / 2
         assert r["diff"] == pytest.approx(want, abs=1e-12) and r["n"] == 2
         assert r["ci_low"] <= r["diff"] <= r["ci_high"]
+        if metric.startswith("judge/") and metric != "judge/fid":  # pass rates over the ci preset's 4 prompts
+            half = 12.706204736174707 * (1 / 4) / 2 ** 0.5  # t_{0.975, 1} * one prompt / sqrt(2 seeds)
+            assert r["ci_high"] - r["ci_low"] >= 2 * half - 1e-9, (metric, r)
     assert "| uniform | judge/strict |" in result.markdown()
     # A method against itself: zero difference, a tie, and it reaches its own final value within its own budget.
     same = {"recast": result.runs["recast"], "uniform": result.runs["recast"]}

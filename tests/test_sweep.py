@@ -156,3 +156,26 @@ def test_training_change_pairs_final_with_base_and_flags_reward_hacking(tmp_path
     assert all(c["reward_up_judge_down"] for c in out.values())  # both lost a judge while the reward rose
     assert out[("uniform", "reward/weighted")]["judges_down"] == "judge/strict;judge/fid"
     assert out[("recast", "reward/weighted")]["judges_down"] == "judge/fid"
+
+
+def test_compare_and_training_change_floor_a_pass_rate_spread_at_one_prompt():
+    """Three seeds that each differ by exactly one prompt in 64 give a zero s.d.; with the rows' eval_prompts the
+    interval is at least one step wide, so that is a tie, while the Fréchet distance (continuous) is unaffected."""
+    from recast.sweep_results import compare, training_change
+
+    rows = []
+    for seed in range(3):
+        for method, extra in (("recast", 1), ("uniform", 0)):
+            rows.append({"setting": "compose", "budget": "uniform", "method": method, "seed": seed,
+                         "eval_prompts": 64, "judge/strict": (20 + seed + extra) / 64, "base:judge/strict": 0.25,
+                         "judge/fid": 10.0 - extra - 0.01 * seed, "base:judge/fid": 20.0,
+                         "reward/weighted": 0.5 + 0.1 * extra, "base:reward/weighted": 0.4})
+    cells = {c["metric"]: c for c in compare(rows, baseline="uniform")}
+    assert cells["judge/strict"]["diff"] == pytest.approx(1 / 64) and cells["judge/strict"]["verdict"] == "tie"
+    assert cells["judge/fid"]["verdict"] == "win" and cells["reward/weighted"]["verdict"] == "win"
+    bare = {c["metric"]: c for c in compare([{k: v for k, v in r.items() if k != "eval_prompts"} for r in rows],
+                                            baseline="uniform")}
+    assert bare["judge/strict"]["verdict"] == "win"  # the zero-width interval the floor removes
+    # final - base: strict rises by (20 + seed + 1) / 64 - 1/4 = (5 + seed) / 64, a spread of one step: still clear
+    change = {(c["method"], c["metric"]): c for c in training_change(rows)}
+    assert change[("recast", "judge/strict")]["verdict"] == "better"
