@@ -172,11 +172,12 @@ def test_ground_truth_consistency_on_the_base_model(base):
 
 @pytest.mark.slow
 def test_designed_timing_on_the_base_model(base):
-    """The timing setting's premise: colour is decided before clean, and colour and position before digit.
+    """The timing setting's premise: colour is decided before sharpness, and colour and position before digit.
 
     Measured with the cheap estimator on the 64 samples of figure 02 (tweedie centres of mass of 6 columns: colour 2.2,
-    position 2.4, digit 3.2, clean 3.1; the ground truth's at 256 samples, with clean's ink gate: 1.85, 1.97, 2.69, 2.40). A
-    CI-sized ground truth (32 samples, 4 continuations) is too noisy to order them: colour 2.1, clean 2.5, digit 2.3.
+    position 2.4, digit 3.2, sharpness 4.0; the ground truth's at 256 samples: 1.85, 1.97, 2.69, 3.18). A CI-sized
+    ground truth (32 samples, 4 continuations) is too noisy to order them: colour 2.1, clean 2.5, digit 2.3. Clean,
+    the timing setting's late reward until its ink gate moved its ground truth to 2.40, is no longer checked here.
     """
     from recast.informativeness import gains_centre_of_mass
     from recast.informativeness.probe import estimate_profiles
@@ -186,5 +187,5 @@ def test_designed_timing_on_the_base_model(base):
     prof = estimate_profiles(world, names, prompts, estimators=("tweedie",), num_steps=6, substeps=4, bootstrap=0,
                              seed=0)["tweedie"]
     com = dict(zip(names, gains_centre_of_mass(prof.gains).tolist()))
-    assert com["color"] + 0.5 < com["clean"], com
+    assert com["color"] + 0.5 < com["sharpness"], com
     assert max(com["color"], com["position"]) + 0.5 < com["digit"], com

@@ -41,7 +41,7 @@ def test_registry_names_settings_and_unknown():
     assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s}
     assert rewards.SETTINGS["compose"] == ("digit", "color", "position", "size")
     assert rewards.SETTINGS["quality"] == ("sharpness", "clean", "contrast", "realism")
-    assert rewards.SETTINGS["timing"] == ("color", "clean")
+    assert rewards.SETTINGS["timing"] == ("color", "sharpness")
     with pytest.raises(ValueError, match="valid: digit"):
         rewards.get("aesthetic")
 
