@@ -127,9 +127,9 @@ def main(argv: list[str] | None = None) -> dict:
     rows["sharpness × clean × contrast"] = {c: _auc(V[c], prod) for c in cols}
     fake, _ = sample_world(world, n=a.fakes, split="train", seed=123)
     score, heads, names = per_defect()
-    nets = (("vs_base_samples", vs_base_samples(fake)), ("graded", graded()), ("per_defect", score))  # trains
+    trained = (("vs_base_samples", vs_base_samples(fake)), ("graded", graded()), ("per_defect", score))
     with torch.no_grad():
-        for name, fn in nets:
+        for name, fn in trained:
             rows[name] = {c: _auc(V[c], fn(x)) for c in cols}
         z = heads(x)
     head_rows = {d: {"mean P(defect)": float(torch.sigmoid(z[:, i]).mean()),
