@@ -79,7 +79,8 @@ class SeedWinRates:
     Attributes:
         rates: win rate per seed (seeds without usable verdicts are left out).
         mean: mean of ``rates``.
-        ci_low, ci_high: t interval of the mean at `confidence` (NaN with fewer than two seeds).
+        ci_low, ci_high: t interval of the mean at `confidence` (NaN with fewer than two seeds), with the seed
+            rates' s.d. taken as at least half a pair of the largest seed (`recast.stats.paired_difference`).
         verdict: "win" when the interval lies above 0.5, "loss" when below, else "tie".
     """
 
@@ -98,9 +99,13 @@ def win_rates_over_seeds(verdicts_per_seed: Iterable[Iterable[int | None]], conf
     """
     from recast.stats import paired_difference
 
-    rates = [aggregate_verdicts(v, confidence).win_rate for v in verdicts_per_seed]
-    rates = tuple(r for r in rates if not math.isnan(r))
-    if not rates:
+    per_seed = [aggregate_verdicts(v, confidence) for v in verdicts_per_seed]
+    usable = [a for a in per_seed if not math.isnan(a.win_rate)]
+    if not usable:
         raise ValueError("no seed has a usable verdict")
-    d = paired_difference(rates, [0.5] * len(rates), confidence=confidence)
+    rates = tuple(a.win_rate for a in usable)
+    # a seed's rate moves in steps of half a pair (ties count half): its s.d. is not taken below that step
+    # (`recast.stats.count_resolution`), so seeds with identical rates do not give a zero-width interval
+    step = 1.0 / (2 * max(a.n for a in usable))
+    d = paired_difference(rates, [0.5] * len(rates), confidence=confidence, resolution=step)
     return SeedWinRates(rates, 0.5 + d.mean, 0.5 + d.ci_low, 0.5 + d.ci_high, d.verdict)

@@ -101,6 +101,11 @@ def test_seed_level_win_rate_has_the_t_interval_of_the_seed_rates():
     assert s.verdict == "tie"  # 0.5 is inside [0.45, 0.95]: three seeds cannot call it, although 16 of 25 pairs won
     assert win_rates_over_seeds([[1, 1, 1, -1], [1] * 4 + [-1], [1] * 7 + [-1] * 3]).verdict == "win"  # .75 ± .12
     assert win_rates_over_seeds([[-1, -1, -1, 1], [-1] * 4 + [1], [-1] * 7 + [1] * 3]).verdict == "loss"
+    # Identical seed rates (33 of 64 pairs each) have s.d. 0; the interval is still at least half a pair wide.
+    same = win_rates_over_seeds([[1] * 33 + [-1] * 31] * 3)
+    half_step = t.ppf(0.975, 2) * (1 / 128) / 3 ** 0.5
+    assert (same.ci_low, same.ci_high) == (pytest.approx(33 / 64 - half_step), pytest.approx(33 / 64 + half_step))
+    assert same.verdict == "tie"
     one = win_rates_over_seeds([[1, -1]])
     assert one.rates == (0.5,) and one.ci_low != one.ci_low and one.verdict == "tie"  # NaN interval
     with pytest.raises(ValueError, match="no seed"):
