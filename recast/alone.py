@@ -70,12 +70,16 @@ def plan_alone(*, rewards: tuple[str, ...], seeds: tuple[int, ...] = (0, 1, 2), 
 
 def change_over_seeds(rows: list[dict], metric: str) -> dict:
     """The paired change final − base of ``metric`` over the runs in ``rows`` (one per seed, carrying
-    ``base:<metric>``): ``n``, ``delta`` (mean), ``seed_std`` (ddof 1; 0 for one seed), and ``improved`` / ``worse``
+    ``base:<metric>``): ``n``, ``delta`` (mean), ``seed_std`` (ddof 1, at least one prompt for a pass rate when the
+    rows carry ``eval_prompts``; 0 for one seed), and ``improved`` / ``worse``
     (the change beats one seed-std in the metric's better / worse direction, `recast.stats.lower_is_better`)."""
     from recast.stats import lower_is_better
+    from recast.sweep_results import pass_rate_resolution
 
     d = np.array([r[metric] - r[f"base:{metric}"] for r in rows], dtype=float)
     std = float(d.std(ddof=1)) if len(d) > 1 else 0.0
+    if len(d) > 1:  # a pass rate's seed-std is not taken below one prompt (as in `recast.stats.paired_difference`)
+        std = max(std, pass_rate_resolution(rows, [r[k] for r in rows for k in (metric, f"base:{metric}")]))
     better = -d.mean() if lower_is_better(metric) else d.mean()  # > 0: the metric improved
     return {"n": len(d), "delta": float(d.mean()), "seed_std": std, "improved": bool(better > std),
             "worse": bool(better < -std)}

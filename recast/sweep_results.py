@@ -14,8 +14,8 @@ import numpy as np
 
 from recast.sweep import SweepRun, is_finished
 
-__all__ = ["images_per_iteration", "collect", "curves", "w_timing", "summarise", "training_change", "compare",
-           "efficiency"]
+__all__ = ["images_per_iteration", "collect", "curves", "w_timing", "pass_rate_resolution", "summarise",
+           "training_change", "compare", "efficiency"]
 
 
 def images_per_iteration(config: dict) -> int:
@@ -88,7 +88,7 @@ def w_timing(runs: list[SweepRun]) -> list[dict]:
     return out
 
 
-def _resolution(rows: list[dict], values) -> float:
+def pass_rate_resolution(rows: list[dict], values) -> float:
     """`recast.stats.count_resolution` of ``values`` at the rows' shared ``eval_prompts`` (0 when the rows do not
     carry it, or disagree)."""
     from recast.stats import count_resolution
@@ -139,7 +139,7 @@ def training_change(rows: list[dict], confidence: float = 0.95) -> list[dict]:
                 continue
             a, b = [r[m] for r in sel], [r[f"base:{m}"] for r in sel]
             d = paired_difference(a, b, higher_is_better=not lower_is_better(m), confidence=confidence,
-                                  resolution=_resolution(sel, a + b))
+                                  resolution=pass_rate_resolution(sel, a + b))
             cell.append({"setting": setting, "budget": budget, "method": method, "metric": m, "n": d.n,
                          "base": float(np.mean([r[f"base:{m}"] for r in sel])), "change": d.mean,
                          "ci_low": d.ci_low, "ci_high": d.ci_high,
@@ -171,7 +171,8 @@ def compare(rows: list[dict], *, method: str = "recast", baseline: str = "unifor
                 continue
             va, vb = [a[s][m] for s in seeds], [b[s][m] for s in seeds]
             d = paired_difference(va, vb, higher_is_better=not lower_is_better(m), confidence=confidence,
-                                  resolution=_resolution([a[s] for s in seeds] + [b[s] for s in seeds], va + vb))
+                                  resolution=pass_rate_resolution([a[s] for s in seeds] + [b[s] for s in seeds],
+                                                                  va + vb))
             out.append({"setting": setting, "budget": budget, "method": method, "baseline": baseline, "metric": m,
                         "n": d.n, "diff": d.mean, "ci_low": d.ci_low, "ci_high": d.ci_high, "verdict": d.verdict})
     return out

@@ -89,3 +89,18 @@ def test_rule_false_alarm_refuses_what_has_no_seed_std(kwargs):
 
     with pytest.raises(ValueError):
         rule_false_alarm(**kwargs)
+
+
+def test_a_pass_rates_seed_std_is_at_least_one_prompt():
+    from recast.alone import change_over_seeds
+
+    # strict rises by exactly one prompt in 64 in each of 3 seeds: s.d. 0, floored at 1/64, so not "improved"
+    rows = [{"eval_prompts": 64, "judge/strict": (10 + s + 1) / 64, "base:judge/strict": (10 + s) / 64}
+            for s in range(3)]
+    c = change_over_seeds(rows, "judge/strict")
+    assert c["delta"] == pytest.approx(1 / 64) and c["seed_std"] == pytest.approx(1 / 64) and not c["improved"]
+    bare = change_over_seeds([{k: v for k, v in r.items() if k != "eval_prompts"} for r in rows], "judge/strict")
+    assert bare["seed_std"] == pytest.approx(0.0) and bare["improved"]
+    # two prompts in every seed beats the floor
+    two = [{**r, "judge/strict": r["judge/strict"] + 1 / 64} for r in rows]
+    assert change_over_seeds(two, "judge/strict")["improved"]
