@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "alone_table", "rule_false_alarm", "main"]
+__all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "alone_table", "rule_false_alarm", "reevaluate",
+           "main"]
 
 # reward -> the held-out judges that check the same property
 MATCHING_JUDGES: dict[str, tuple[str, ...]] = {
@@ -108,6 +109,59 @@ def rule_false_alarm(n_seeds: int, n_judges: int = 1) -> float:
     return 1.0 - (1.0 - p) ** int(n_judges)
 
 
+REEVAL_SEED_OFFSET: int = 20_011  # noise of the re-evaluation: run seed + this (the training-time evals use 10_007)
+
+
+def reevaluate(runs, *, num_prompts: int = 256, batch_size: int = 64) -> list[dict]:
+    """Re-score finished single-reward runs on more samples than their training-time evaluations.
+
+    The training-time evaluations read the 64 test prompts once, so a judge's pass rate carries a binomial s.e. of
+    about 0.06 per run, as large as most single-reward effects. Here each run's base model (its adapters off) and its
+    final EMA policy are sampled on the test prompts cycled to ``num_prompts``, with the same noise for both (seeded
+    by the run's seed + `REEVAL_SEED_OFFSET`), and scored by the world's judges and the run's reward.
+
+    Args:
+        runs: `plan_alone` runs (unfinished ones are skipped).
+        num_prompts: samples per policy.
+        batch_size: sampling batch.
+
+    Returns:
+        rows shaped like `recast.sweep_results.collect`'s (``budget`` = the reward, ``judge/<k>`` and
+        ``base:judge/<k>``, ``reward/<r>`` and ``base:reward/<r>``, ``eval_prompts``), so `alone_table` reads them.
+        The diversity judge, which only exists for repeated prompts, is left out, so the judges are the same as at
+        training time.
+
+    Raises:
+        ValueError: ``num_prompts`` < 1.
+    """
+    import torch
+
+    from recast.judge_eval import load_policy, sample_policy
+    from recast.sweep import is_finished
+
+    if num_prompts < 1:
+        raise ValueError(f"num_prompts must be >= 1, got {num_prompts}")
+    rows = []
+    for run in runs:
+        if not is_finished(run):
+            continue
+        final = load_policy(run.out_dir, "ema")
+        base = load_policy(run.out_dir, "base")
+        pool = final.world.prompts("test")
+        prompts = [pool[i % len(pool)] for i in range(num_prompts)]
+        seed = int(run.seed) + REEVAL_SEED_OFFSET
+        row = {"setting": run.setting, "budget": run.budget, "method": run.method, "seed": run.seed,
+               "eval_prompts": num_prompts, "command": run.command}
+        for prefix, loaded in (("", final), ("base:", base)):
+            images = sample_policy(loaded, prompts, seed=seed, batch_size=batch_size)
+            scores = final.world.evaluate(images, prompts, seed=seed)
+            row.update({f"{prefix}judge/{k}": v for k, v in scores.items() if k != "diversity"})
+            reward = final.world.reward(run.budget, "cpu")
+            row[f"{prefix}reward/{run.budget}"] = float(torch.as_tensor(reward(images, prompts)).float().mean())
+        rows.append(row)
+    return rows
+
+
 def alone_table(rows: list[dict]) -> list[dict]:
     """Per (reward, judge): the paired change final − base over seeds, its seed-std, and whether it is the matching
     judge; plus a ``verdict`` row per reward ("pass" / "fail") under judge ``"*"``.
@@ -148,14 +202,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/alone")
     p.add_argument("--kl-beta", type=float, help="override the preset's kl_beta (reward lists keep the preset's 1)")
     p.add_argument("--name", default="alone", help="results file stem under data/results (or $RECAST_RESULTS_DIR)")
+    p.add_argument("--reeval-prompts", type=int, default=0,
+                   help="re-score base and final policy of every run on this many test samples (`reevaluate`) "
+                        "instead of the training-time evaluations (0: use those)")
     a = p.parse_args(argv)
+    if a.reeval_prompts < 0:
+        p.error(f"--reeval-prompts must be >= 0, got {a.reeval_prompts}")
     runs = plan_alone(rewards=tuple(x for x in a.rewards.split(",") if x),
                       seeds=tuple(int(s) for s in a.seeds.split(",") if s), world=a.world, preset=a.preset,
                       iterations=a.iterations, out_root=a.out, kl_beta=a.kl_beta)
     report = run_sweep(runs, jobs=a.jobs)
     for path, err in report.failed.items():
         print(f"failed: {path}\n{err}")
-    rows = collect(runs)
+    rows = reevaluate(runs, num_prompts=a.reeval_prompts) if a.reeval_prompts else collect(runs)
     table = alone_table(rows)
     write_csv(results_dir() / f"{a.name}_runs.csv", rows)
     write_csv(results_dir() / f"{a.name}.csv", table)

@@ -104,3 +104,30 @@ def test_a_pass_rates_seed_std_is_at_least_one_prompt():
     # two prompts in every seed beats the floor
     two = [{**r, "judge/strict": r["judge/strict"] + 1 / 64} for r in rows]
     assert change_over_seeds(two, "judge/strict")["improved"]
+
+
+@pytest.mark.slow
+def test_reevaluate_pairs_base_and_final_on_more_samples(tmp_path, monkeypatch):
+    """Two tiny single-reward runs of one seed: the re-evaluation scores both on the same prompts and noise, so their
+    base scores agree exactly, it is deterministic, and its rows feed `alone_table` with the training-time judges."""
+    from recast.alone import reevaluate
+    from recast.sweep import run_sweep
+    from recast.sweep_results import collect
+
+    monkeypatch.chdir(tmp_path)
+    runs = plan_alone(rewards=("digit", "color"), seeds=(0,), world="tiny", preset="ci", iterations=2,
+                      out_root="alone")
+    assert not run_sweep(runs, jobs=1).failed
+    rows = reevaluate(runs, num_prompts=6, batch_size=4)
+    assert len(rows) == 2 and all(r["eval_prompts"] == 6 for r in rows)
+    trained = collect(runs)
+    judges = sorted(k for k in trained[0] if k.startswith("judge/"))
+    assert sorted(k for k in rows[0] if k.startswith("judge/")) == judges  # same judges, no diversity
+    for k in judges:
+        assert rows[0][f"base:{k}"] == rows[1][f"base:{k}"]  # one base model, one noise draw: identical
+    assert rows[0]["reward/digit"] != rows[0]["base:reward/digit"] or rows[0]["judge/fid"] != rows[0]["base:judge/fid"]
+    assert reevaluate(runs, num_prompts=6, batch_size=4) == rows
+    table = alone_table(rows)
+    assert {r["reward"] for r in table} == {"digit", "color"} and all(r["n"] == 1 for r in table)
+    with pytest.raises(ValueError, match="num_prompts"):
+        reevaluate(runs, num_prompts=0)
