@@ -134,6 +134,8 @@ def reevaluate(runs, *, num_prompts: int = 256, batch_size: int = 64) -> list[di
     Raises:
         ValueError: ``num_prompts`` < 1.
     """
+    from dataclasses import replace
+
     import torch
 
     from recast.judge_eval import load_policy, sample_policy
@@ -145,8 +147,9 @@ def reevaluate(runs, *, num_prompts: int = 256, batch_size: int = 64) -> list[di
     for run in runs:
         if not is_finished(run):
             continue
-        final = load_policy(run.out_dir, "ema")
-        base = load_policy(run.out_dir, "base")
+        base = load_policy(run.out_dir, "base")  # checks the run has adapters to switch off
+        final = replace(base, which="ema")  # the same loaded world and policy, sampled through its EMA
+        reward = final.world.reward(run.budget, "cpu")
         pool = final.world.prompts("test")
         prompts = [pool[i % len(pool)] for i in range(num_prompts)]
         seed = int(run.seed) + REEVAL_SEED_OFFSET
@@ -156,7 +159,6 @@ def reevaluate(runs, *, num_prompts: int = 256, batch_size: int = 64) -> list[di
             images = sample_policy(loaded, prompts, seed=seed, batch_size=batch_size)
             scores = final.world.evaluate(images, prompts, seed=seed)
             row.update({f"{prefix}judge/{k}": v for k, v in scores.items() if k != "diversity"})
-            reward = final.world.reward(run.budget, "cpu")
             row[f"{prefix}reward/{run.budget}"] = float(torch.as_tensor(reward(images, prompts)).float().mean())
         rows.append(row)
     return rows

@@ -10,6 +10,7 @@ test samples of `recast.alone.reevaluate` (same prompts and noise for all three)
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -30,11 +31,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = []
     for seed in (int(s) for s in a.seeds.split(",")):
         row = {"seed": seed}
-        for which in ("base", "ema", "params"):
-            loaded = load_policy(Path(a.root) / a.reward / f"seed_{seed}", which)
-            pool = loaded.world.prompts("test")
-            prompts = [pool[i % len(pool)] for i in range(a.n)]
-            images = sample_policy(loaded, prompts, seed=seed + REEVAL_SEED_OFFSET)
+        base = load_policy(Path(a.root) / a.reward / f"seed_{seed}", "base")
+        pool = base.world.prompts("test")
+        prompts = [pool[i % len(pool)] for i in range(a.n)]
+        for which in ("base", "ema", "params"):  # one loaded run, sampled three ways
+            images = sample_policy(replace(base, which=which), prompts, seed=seed + REEVAL_SEED_OFFSET)
             row[which] = defect_report(images).as_dict()["blur"]
         rows.append(row)
     print(f"| {a.reward} alone, seed | blurred: base model | EMA policy | raw trained weights |\n| --- | --- | --- | --- |")
