@@ -197,17 +197,17 @@ def paired(runs: dict[str, list[Path]], *, method: str = "recast", confidence: f
 
     Runs pair by seed (``seed_<s>`` folders of the same index share the seed, base model, prompts and noise), so
     seed-to-seed variation cancels; the verdict follows `recast.stats.paired_difference`, with a pass rate's s.d.
-    taken as at least one prompt of the runs' ``eval_prompts`` (`recast.stats.count_resolution`).
+    taken as at least one prompt of the runs' shared ``eval_prompts`` (`recast.sweep_results.pass_rate_resolution`).
     """
-    from recast.stats import count_resolution, lower_is_better, paired_difference
+    from recast.stats import lower_is_better, paired_difference
+    from recast.sweep_results import pass_rate_resolution
     from recast.trainer.metrics import load_run
 
     if method not in runs:
         return []
     loaded = {m: [load_run(p) for p in paths] for m, paths in runs.items()}
     final = {m: [r.evals[-1] for r in rs] for m, rs in loaded.items()}
-    n_prompts = {r.config.get("eval_prompts") for rs in loaded.values() for r in rs}
-    n_prompts = n_prompts.pop() if len(n_prompts) == 1 else None  # runs evaluated on different counts: no floor
+    counts = [{"eval_prompts": r.config.get("eval_prompts")} for rs in loaded.values() for r in rs]
     out = []
     for baseline in (m for m in runs if m != method):
         if len(runs[baseline]) != len(runs[method]):
@@ -215,7 +215,7 @@ def paired(runs: dict[str, list[Path]], *, method: str = "recast", confidence: f
         for key in (k for k in final[method][0] if k != "iteration"):
             a, b = [e[key] for e in final[method]], [e[key] for e in final[baseline]]
             d = paired_difference(a, b, higher_is_better=not lower_is_better(key), confidence=confidence,
-                                  resolution=count_resolution(a + b, n_prompts))
+                                  resolution=pass_rate_resolution(counts, a + b))
             out.append({"method": method, "baseline": baseline, "metric": key, "n": d.n, "diff": d.mean,
                         "ci_low": d.ci_low, "ci_high": d.ci_high, "verdict": d.verdict})
     return out
