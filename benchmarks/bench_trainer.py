@@ -1,6 +1,6 @@
 """Per-iteration wall time of the online loop, phase by phase, for ReCAST vs the static baseline (uniform W).
 
-Run: `.venv/bin/python benchmarks/bench_trainer.py [--preset cpu] [--seeds 0,1,2] [--backend nft]`
+Run: `.venv/bin/python benchmarks/bench_trainer.py [--preset cpu] [--seeds 0,1,2] [--backend nft] [--set FIELD=VALUE]`
 (writes benchmarks/results/trainer.json and prints a markdown table).
 
 Both methods run in the same process on the same preset and seed, so they see the same machine. ReCAST's overhead
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from recast.config import preset
+from recast.config import parse_field, preset
 from recast.io import write_json
 from recast.trainer import Trainer, load_run
 from recast.trainer.metrics import PHASES
@@ -51,8 +51,19 @@ def main() -> None:
     ap.add_argument("--seeds", default="0", help="comma-separated seeds")
     ap.add_argument("--iterations", type=int, default=0, help="0 = the preset's")
     ap.add_argument("--world", default="", help="override the preset's world (a saved DigitWorld folder)")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="override a TrainConfig field for both methods (repeatable), e.g. --set recast_every=4")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "trainer.json"))
     args = ap.parse_args()
+    sets = {}
+    for text in args.set:
+        key, sep, value = text.partition("=")
+        if not sep:
+            ap.error(f"--set expects FIELD=VALUE, got {text!r}")
+        try:
+            sets[key.strip()] = parse_field(key.strip(), value)
+        except ValueError as err:
+            ap.error(str(err))
     seeds = [int(s) for s in args.seeds.split(",")]
     results = {m: [] for m in METHODS}
     cfg0 = None
@@ -65,6 +76,7 @@ def main() -> None:
                     over["iterations"] = args.iterations
                 if args.world:
                     over["world"] = args.world
+                over.update(sets)
                 cfg = preset(args.preset, **over)
                 cfg0 = cfg0 or cfg
                 trainers[method] = Trainer(cfg, Path(tmp) / f"{method}_{seed}")
@@ -87,7 +99,7 @@ def main() -> None:
     overhead = {"iteration_time_diff_pct": 100 * (rc["total"] - un["total"]) / un["total"],
                 "recast_only_phases_pct": 100 * (rc["informativeness"] + rc["solver"]) / rc["total"]}
     print(f"preset={args.preset} world={cfg0.world} backend={args.backend} B={cfg0.B} T={cfg0.num_steps} "
-          f"iterations={cfg0.iterations} seeds={seeds} threads={torch.get_num_threads()}\n")
+          f"iterations={cfg0.iterations} seeds={seeds} threads={torch.get_num_threads()} set={sets}\n")
     print("| method | " + " | ".join(PHASES) + " | total s/it | train wall s | reward base | reward final |")
     print("|---" * (len(PHASES) + 5) + "|")
     for m in METHODS:
@@ -97,7 +109,7 @@ def main() -> None:
               f"{a.get('reward_final', float('nan')):.4f} |")
     print(f"\nReCAST overhead: {overhead['recast_only_phases_pct']:.2f}% of its iteration in recast-only phases; "
           f"{overhead['iteration_time_diff_pct']:+.2f}% mean iteration time vs uniform (target <= 3%)")
-    write_json(args.out, {"preset": args.preset, "config": cfg0.to_dict(), "seeds": seeds,
+    write_json(args.out, {"preset": args.preset, "set": sets, "config": cfg0.to_dict(), "seeds": seeds,
                           "machine": {"python": platform.python_version(), "torch": torch.__version__,
                                       "threads": torch.get_num_threads(), "cpu": platform.processor()},
                           "aggregate": agg, "overhead": overhead, "runs": results})

@@ -164,8 +164,12 @@ _PRESETS = {
                 train_columns=3, lora_rank=8, lora_alpha=16.0, lr=1e-3, eval_prompts=64,
                 eval_every=15, kl_beta=1.0),  # torch's default threads: 55 s of training on 2 cores
     # one GPU, a larger digit-world run
+    # The tracker's estimate is CPU work that grows with the pooled pairs; on an H200 it cost 15 % of an iteration
+    # with every sample's x0_hat scored and W re-solved each iteration, 1.8 % with 32 samples every 4th iteration
+    # (README "Benchmarks"; 32 samples x 9 columns x a 16-iteration window still pools ~460 pairs per column).
     "gpu": dict(world="data/digit_base", device="cuda", iterations=400, prompts_per_iter=16, group_size=8,
                 num_steps=10, train_columns=9, lora_rank=32, lora_alpha=64.0, lr=3e-4, kl_beta=1.0,
+                informativeness_subset=32, recast_every=4,
                 eval_prompts=256, eval_every=50, checkpoint_every=50, grid_every=50),
     # SD3.5-Medium at DiffusionNFT's scale (docs: README "Paper scale"); never run on these machines. Per process:
     # 6 prompts x 24 samples, so 8 GPUs draw DiffusionNFT's 48 prompts x 24 images per iteration, in micro-batches

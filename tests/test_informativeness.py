@@ -238,6 +238,24 @@ def test_tracker_holds_static_W_until_every_row_has_enough_pairs():
     assert tr.ready() and not torch.allclose(W, static_weights(lam, 4))
 
 
+def test_tracker_pools_without_estimating_and_a_later_estimate_reads_the_same_window():
+    rng = np.random.default_rng(3)
+    r2 = np.tile(np.linspace(0, 1, 5), (2, 1))
+    batches = [_tracker_inputs(rng, 2, 4, 12, r2) for _ in range(4)]
+    every, lazy = (InformativenessTracker(K=2, T=4, window=3, min_pairs=4, bootstrap=8, seed=5) for _ in range(2))
+    for b in batches[:3]:
+        every.add(*b)
+    assert lazy.add(*batches[0], estimate=False) is None  # nothing estimated yet
+    assert lazy.D is None and lazy.num_updates == 0 and len(lazy.pool) == 1
+    lazy.add(*batches[1])
+    D1 = lazy.D.clone()
+    torch.testing.assert_close(lazy.add(*batches[2], estimate=False), D1)  # pooled, estimate kept as it was
+    assert lazy.num_updates == 1 and len(lazy.pool) == 3
+    torch.testing.assert_close(lazy.pairs_per_row(), every.pairs_per_row())
+    # with ema = 0 an estimate depends on the pooled window only, so the lazy tracker catches up exactly
+    torch.testing.assert_close(lazy.add(*batches[3]), every.add(*batches[3]))
+
+
 def test_grpo_tracker_solves_W_over_the_columns_it_trains():
     tr = InformativenessTracker(K=2, T=4, trained_columns=3)
     D = torch.tensor([[0, 0.5, 0.6, 0.7, 0.8], [0, 0.0, 0.1, 0.2, 5.0]], dtype=torch.float64)  # a huge last gain

@@ -52,6 +52,18 @@ def test_recast_with_one_reward_equals_uniform(tmp_path):
         assert torch.equal(a, b)
 
 
+def test_recast_every_estimates_D_only_when_it_re_solves_W(tmp_path):
+    cfg = preset("ci", iterations=4, rewards=("color", "position"), lam=(1.0, 1.0), recast_every=2)
+    tr = Trainer(cfg, tmp_path)
+    run = tr.run()
+    assert [w["iteration"] for w in run.weights] == [2, 4] and tr.tracker.num_updates == 2
+    assert len(tr.tracker.pool) == 4  # every iteration's pairs are pooled
+    D = [rec["D"] for rec in run.metrics]
+    assert D[0] is None and D[1] is not None and D[2] == D[1] and D[3] != D[2]
+    W = [rec["W"] for rec in run.metrics]  # W is the one in use: λ/T until the first re-solve, then held
+    assert W[0] == W[1] and W[2] == W[3] == run.weights[0]["W"]
+
+
 def test_nan_loss_stops_and_keeps_checkpoint(tmp_path):
     cfg = preset("ci", iterations=1, rewards=("color",))
     train(cfg, tmp_path)

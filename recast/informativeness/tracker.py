@@ -115,12 +115,18 @@ class InformativenessTracker:
         self.num_updates += 1
         return self.D.clone()
 
-    def add(self, p_clean, p_proxy) -> torch.Tensor:
-        """Pool one iteration's pairs and re-estimate D from the window; returns the smoothed D (K, T+1).
+    def add(self, p_clean, p_proxy, *, estimate: bool = True) -> torch.Tensor | None:
+        """Pool one iteration's pairs and, with `estimate`, re-estimate D from the window; returns the smoothed D.
 
         Args:
             p_clean: (K, N) p_k(x_0) of the iteration's samples.
             p_proxy: (K, T+1, N) p_k(x̂_0) at the grid rows each sample was trained at, NaN elsewhere.
+            estimate: re-estimate D (and its bootstrap) now. The trainer passes False on iterations that do not
+                re-solve W (`recast_every` > 1): pooling is cheap, the estimate is the tracker's whole cost, and
+                an estimate no solve reads is wasted. The pool holds the same pairs either way.
+
+        Returns:
+            the smoothed D (K, T+1); with `estimate=False` the last one (None before the first estimate).
         """
         pc = torch.as_tensor(p_clean, dtype=torch.float64).detach().cpu().clone()
         pp = torch.as_tensor(p_proxy, dtype=torch.float64).detach().cpu().clone()
@@ -128,6 +134,8 @@ class InformativenessTracker:
             raise ValueError(f"need p_clean (K={self.K}, N) and p_proxy (K, T+1={self.T + 1}, N), got "
                              f"{tuple(pc.shape)} and {tuple(pp.shape)}")
         self.pool = (self.pool + [(pc, pp)])[-self.window:]
+        if not estimate:
+            return None if self.D is None else self.D.clone()
         pc_all = torch.cat([a for a, _ in self.pool], dim=1).numpy()
         pp_all = torch.cat([b for _, b in self.pool], dim=2).numpy()
         D = tweedie_discriminability(pc_all, pp_all, self.alpha)

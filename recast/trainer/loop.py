@@ -202,10 +202,11 @@ class Trainer(Persistent):
                           info_mask)
             grad_norm = self._optimiser_step()
         if self.tracker is not None:
+            resolve = (i + 1) % cfg.recast_every == 0
             with timer("informativeness"):
-                self.D = self._informativeness(out, ro.prompts, adv, local, info_mask)
+                self.D = self._informativeness(out, ro.prompts, adv, local, info_mask, estimate=resolve)
             with timer("solver"):
-                if (i + 1) % cfg.recast_every == 0:
+                if resolve:
                     self.W = self.tracker.weights(self.lam, temperature=cfg.temperature, floor=cfg.floor,
                                                   uniform_mix=cfg.uniform_mix)
                     if self.main:
@@ -269,8 +270,11 @@ class Trainer(Persistent):
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 
-    def _informativeness(self, out, prompts, adv, local, info_mask) -> torch.Tensor | None:
-        """Score the old policy's x0_hat, pool the (p_clean, proxy) pairs in the tracker, return its D (K, T+1)."""
+    def _informativeness(self, out, prompts, adv, local, info_mask, estimate: bool = True) -> torch.Tensor | None:
+        """Score the old policy's x0_hat, pool the (p_clean, proxy) pairs in the tracker, return its D (K, T+1).
+
+        D is re-estimated only when `estimate` (an iteration that re-solves W); otherwise the last estimate is kept.
+        """
         if out.proxy_x0 is None:
             return self.D
         subset = info_mask.nonzero()[:, 0]
@@ -287,7 +291,7 @@ class Trainer(Persistent):
         if self.acc.num_processes > 1:
             p_clean = self.acc.gather(p_clean.T.contiguous().to(self.acc.device)).T.cpu()
             p_proxy = self.acc.gather(p_proxy.permute(2, 0, 1).contiguous().to(self.acc.device)).permute(1, 2, 0).cpu()
-        return self.tracker.add(p_clean, p_proxy)
+        return self.tracker.add(p_clean, p_proxy, estimate=estimate)
 
     # ------------------------------------------------------------------ the whole run
     def _eval_due(self, n: int) -> tuple[bool, bool]:

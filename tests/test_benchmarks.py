@@ -1,0 +1,34 @@
+"""The benchmark helpers run on the ci preset and report consistent numbers; the GPU check script parses."""
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_profile_informativeness_splits_the_phase_and_follows_the_subset(tmp_path):
+    prof = _module("profile_informativeness")
+    full = prof.main(["--preset", "ci", "--iterations", "4", "--out", str(tmp_path / "p.json")])
+    sub = prof.main(["--preset", "ci", "--iterations", "4", "--set", "informativeness_subset=2",
+                     "--set", "recast_every=2"])
+    assert (tmp_path / "p.json").is_file() and full["iterations_timed"] == 2
+    T = full["T"]
+    assert full["proxies_per_iteration"] == full["B"] * (T - 1)  # every sample's x̂_0 at every interior row
+    assert sub["proxies_per_iteration"] == 2 * (T - 1) and sub["set"] == {"informativeness_subset": 2, "recast_every": 2}
+    for r in (full, sub):
+        assert 0 < r["score_proxies_s"] and 0 < r["tracker_add_s"] <= r["informativeness_s"] < r["iteration_s"]
+        assert r["recast_only_pct"] == pytest.approx(100 * (r["informativeness_s"] + r["solver_s"]) / r["iteration_s"])
+
+
+def test_gpu_check_script_parses():
+    assert subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "gpu_check.sh")]).returncode == 0
