@@ -7,7 +7,8 @@
 A reward passes when its matching judge (`MATCHING_JUDGES`) improves on the base model by more than its seed-std
 across seeds, and no other judge gets worse by more than one seed-std (the paired change final − base over the same
 seeds; "worse" follows each metric's direction, `recast.stats.lower_is_better`). For the quality rewards the matching
-judges are their defect rate and the Fréchet distance to held-out real canvases.
+judges are their defect rate and the Fréchet distance to held-out real canvases. The `placebo` reward (a hash of the
+pixels, no signal) is the control: it has no matching judge, and what it does to the judges is optimisation noise.
 
     python -m recast.alone --rewards digit,color,position,size,sharpness,clean,contrast,realism --seeds 0,1,2 --jobs 2
 """
@@ -19,14 +20,17 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "alone_table", "rule_false_alarm", "reevaluate",
-           "main"]
+__all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "alone_table", "versus_control", "rule_false_alarm",
+           "reevaluate", "main"]
 
 # reward -> the held-out judges that check the same property
 MATCHING_JUDGES: dict[str, tuple[str, ...]] = {
     "digit": ("judge/digit",), "color": ("judge/color",), "position": ("judge/position",), "size": ("judge/size",),
     "sharpness": ("judge/defect_blur", "judge/fid"), "clean": ("judge/defect_speckle", "judge/fid"),
     "contrast": ("judge/defect_fade", "judge/fid"), "realism": ("judge/fid",),
+    # the null: a reward with no signal (a hash of the pixels) has no judge to raise, and passes when it lowers none.
+    # What it does to the judges is what optimisation noise alone does, the control for every row above.
+    "placebo": (),
 }
 
 
@@ -84,6 +88,47 @@ def change_over_seeds(rows: list[dict], metric: str) -> dict:
     better = -d.mean() if lower_is_better(metric) else d.mean()  # > 0: the metric improved
     return {"n": len(d), "delta": float(d.mean()), "seed_std": std, "improved": bool(better > std),
             "worse": bool(better < -std)}
+
+
+def versus_control(rows: list[dict], control: str = "placebo", *, confidence: float = 0.95) -> list[dict]:
+    """Each reward's judge changes against the control's: what training on the reward does beyond what training does.
+
+    Per (reward, judge), the paired difference over shared seeds of the reward run's change final − base and the
+    control run's (`recast.stats.paired_difference`: t-interval, a pass rate's s.d. floored at one prompt).
+    ``verdict`` is "better", "worse" or "tie" in the judge's own direction (`recast.stats.lower_is_better`).
+
+    Args:
+        rows: `recast.sweep_results.collect` or `reevaluate` rows of `plan_alone` runs, the control's among them.
+        control: the reward whose runs are the control (``"placebo"``: no signal).
+
+    Raises:
+        ValueError: no rows of the control, or a reward that shares fewer than 2 seeds with it.
+    """
+    from recast.stats import lower_is_better, paired_difference
+    from recast.sweep_results import pass_rate_resolution
+
+    ctrl = {r["seed"]: r for r in rows if r["budget"] == control}
+    if not ctrl:
+        raise ValueError(f"no runs of the control {control!r} among the rows (rewards: "
+                         f"{sorted({r['budget'] for r in rows})})")
+    out = []
+    for reward in sorted({r["budget"] for r in rows} - {control}, key=list(MATCHING_JUDGES).index):
+        sel = {r["seed"]: r for r in rows if r["budget"] == reward and r["seed"] in ctrl}
+        if len(sel) < 2:
+            raise ValueError(f"reward {reward!r} shares {len(sel)} seed(s) with the control {control!r}; need >= 2")
+        seeds = sorted(sel)
+        first = sel[seeds[0]]
+        for j in [k for k in first if k.startswith("judge/") and f"base:{k}" in first and k in ctrl[seeds[0]]]:
+            a = [sel[s][j] - sel[s][f"base:{j}"] for s in seeds]
+            b = [ctrl[s][j] - ctrl[s][f"base:{j}"] for s in seeds]
+            pair = [sel[s] for s in seeds] + [ctrl[s] for s in seeds]
+            res = pass_rate_resolution(pair, [r[k] for r in pair for k in (j, f"base:{j}")])
+            d = paired_difference(a, b, higher_is_better=not lower_is_better(j), confidence=confidence,
+                                  resolution=res)
+            out.append({"reward": reward, "control": control, "judge": j, "matching": j in MATCHING_JUDGES[reward],
+                        "n": d.n, "delta": d.mean, "lo": d.ci_low, "hi": d.ci_high,
+                        "verdict": {"win": "better", "loss": "worse"}.get(d.verdict, "tie")})
+    return out
 
 
 def rule_false_alarm(n_seeds: int, n_judges: int = 1) -> float:
@@ -182,7 +227,7 @@ def alone_table(rows: list[dict]) -> list[dict]:
             (ok_match if match else ok_others).append(c["improved"] if match else not c["worse"])
             out.append({"reward": reward, "judge": j, "matching": match, **c})
         train = change_over_seeds(sel, f"reward/{reward}")
-        passed = bool(ok_match) and all(ok_match) and all(ok_others)
+        passed = (bool(ok_match) or not MATCHING_JUDGES[reward]) and all(ok_match) and all(ok_others)
         out.append({"reward": reward, "judge": "*", "matching": True, "n": train["n"], "delta": train["delta"],
                     "seed_std": train["seed_std"], "improved": passed, "worse": not passed})
     return out
@@ -207,7 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reeval-prompts", type=int, default=0,
                    help="re-score base and final policy of every run on this many test samples (`reevaluate`) "
                         "instead of the training-time evaluations (0: use those)")
+    p.add_argument("--control", help="also compare every reward's judge changes with this reward's runs at the same "
+                                     "seeds (`versus_control`; e.g. placebo, which must be among --rewards)")
     a = p.parse_args(argv)
+    if a.control and a.control not in a.rewards.split(","):
+        p.error(f"--control {a.control} must be one of --rewards ({a.rewards})")
     if a.reeval_prompts < 0:
         p.error(f"--reeval-prompts must be >= 0, got {a.reeval_prompts}")
     runs = plan_alone(rewards=tuple(x for x in a.rewards.split(",") if x),
@@ -226,6 +275,13 @@ def main(argv: list[str] | None = None) -> int:
             ("matching, " if r["matching"] else "") + ("up" if r["improved"] else "down" if r["worse"] else "flat")
         label = "training reward" if r["judge"] == "*" else r["judge"]
         print(f"| {r['reward']} | {label} | {r['delta']:+.3f} | {r['seed_std']:.3f} | {tag} |")
+    if a.control:
+        vs = versus_control(rows, a.control)
+        write_csv(results_dir() / f"{a.name}_vs_{a.control}.csv", vs)
+        print(f"\n| reward | judge | Δ − {a.control}'s Δ [95 % CI] | verdict |\n|---|---|---|---|")
+        for r in vs:
+            print(f"| {r['reward']} | {r['judge']}{' (matching)' if r['matching'] else ''} | {r['delta']:+.3f} "
+                  f"[{r['lo']:+.3f}, {r['hi']:+.3f}] | {r['verdict']} |")
     n = min((r["n"] for r in table), default=0)
     if n >= 2:
         m = max(sum(1 for r in table if r["reward"] == w and r["judge"] != "*" and not r["matching"])

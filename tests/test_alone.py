@@ -1,5 +1,6 @@
 """Single-reward runs: the plan is one CLI command per (reward, seed), and the table's verdicts follow their rule."""
 
+import numpy as np
 import pytest
 
 from recast.alone import MATCHING_JUDGES, alone_table, plan_alone
@@ -13,7 +14,19 @@ def _row(reward, seed, digit, color, fid, train):
 
 
 def test_every_reward_with_a_judge_has_matching_judges():
-    assert set(MATCHING_JUDGES) == set(MATCHING_VERDICT)
+    assert set(MATCHING_JUDGES) == set(MATCHING_VERDICT) | {"placebo"}
+    assert MATCHING_JUDGES["placebo"] == () and all(MATCHING_JUDGES[r] for r in MATCHING_VERDICT)
+
+
+def test_the_placebo_passes_when_it_lowers_no_judge():
+    flat = [_row("placebo", s, (0.3, 0.3 + d), (0.5, 0.5 - d), (40, 40 + d), (0.5, 0.5)) for s, d in
+            enumerate((0.01, -0.01, 0.0))]
+    table = {(r["reward"], r["judge"]): r for r in alone_table(flat)}
+    assert not any(r["matching"] for k, r in table.items() if k[1] != "*")
+    assert table[("placebo", "*")]["improved"]
+    worse = [_row("placebo", s, (0.3, 0.3), (0.5, 0.4 + d), (40, 40), (0.5, 0.5)) for s, d in
+             enumerate((0.01, -0.01, 0.0))]  # colour falls by 0.1 +- 0.01
+    assert not {(r["reward"], r["judge"]): r for r in alone_table(worse)}[("placebo", "*")]["improved"]
 
 
 def test_plan_is_one_single_reward_command_per_seed(tmp_path):
@@ -104,6 +117,31 @@ def test_a_pass_rates_seed_std_is_at_least_one_prompt():
     # two prompts in every seed beats the floor
     two = [{**r, "judge/strict": r["judge/strict"] + 1 / 64} for r in rows]
     assert change_over_seeds(two, "judge/strict")["improved"]
+
+
+def test_versus_control_is_the_paired_difference_of_changes_against_the_placebo():
+    from scipy.stats import t as student_t
+
+    from recast.alone import versus_control
+
+    # per seed, colour moves +0.10/+0.12/+0.14 under colour and +0.01/+0.03/-0.01 under the placebo; the Fréchet
+    # distance (lower is better) rises by 18/22/20 under colour and by 0 under the placebo
+    col = [_row("color", s, (0.3, 0.3), (0.5, 0.5 + c), (40, 40 + f), (0.4, 0.6))
+           for s, c, f in [(0, 0.10, 18), (1, 0.12, 22), (2, 0.14, 20)]]
+    pla = [_row("placebo", s, (0.3, 0.3), (0.5, 0.5 + c), (40, 40), (0.5, 0.5))
+           for s, c in [(0, 0.01), (1, 0.03), (2, -0.01)]]
+    vs = {r["judge"]: r for r in versus_control(col + pla)}
+    c = vs["judge/color"]
+    d = [0.09, 0.09, 0.15]
+    half = student_t.ppf(0.975, 2) * np.std(d, ddof=1) / np.sqrt(3)
+    assert c["matching"] and c["delta"] == pytest.approx(0.11) and c["verdict"] == "better"
+    assert (c["lo"], c["hi"]) == pytest.approx((0.11 - half, 0.11 + half))
+    assert vs["judge/fid"]["delta"] == pytest.approx(20) and vs["judge/fid"]["verdict"] == "worse"
+    assert vs["judge/digit"]["verdict"] == "tie" and set(vs) == {"judge/digit", "judge/color", "judge/fid"}
+    with pytest.raises(ValueError, match="no runs of the control 'placebo'"):
+        versus_control(col)
+    with pytest.raises(ValueError, match="shares 1 seed"):
+        versus_control(col[:1] + pla)
 
 
 @pytest.mark.slow

@@ -38,7 +38,7 @@ def _other(values, v):
 
 
 def test_registry_names_settings_and_unknown():
-    assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s}
+    assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | {"placebo"}
     assert rewards.SETTINGS["compose"] == ("digit", "color", "position", "size")
     assert rewards.SETTINGS["quality"] == ("sharpness", "clean", "contrast", "realism")
     assert rewards.SETTINGS["timing"] == ("color", "sharpness")
@@ -64,7 +64,26 @@ def test_outputs_shape_range_dtype(batch, fns):
 def test_real_canvases_score_high(batch, fns):
     images, prompts, _ = batch
     for name, fn in fns.items():
-        assert fn(images, prompts).mean() > 0.6, name
+        if name != "placebo":  # no signal by design (its own test below)
+            assert fn(images, prompts).mean() > 0.6, name
+
+
+def test_placebo_is_deterministic_uniform_and_unrelated_to_every_reward(fns):
+    gen = torch.Generator().manual_seed(7)
+    images, prompts = data.sample_batch(256, generator=gen)
+    images = random_degrade(images, gen)  # real rewards spread out on degraded canvases
+    fn = fns["placebo"]
+    r = fn(images, prompts)
+    torch.testing.assert_close(fn(images.clone(), list(reversed(prompts))), r)  # the pixels alone decide it
+    torch.testing.assert_close(fn(images[:7], prompts[:7]), r[:7])  # per image, whatever the batch
+    grid = (images * 255).round() / 255
+    assert fn(grid + 0.3 / 255, prompts).equal(fn(grid, prompts))  # quantised to 1/255 before hashing
+    assert (r >= 0).all() and (r < 1).all() and len(set(r.tolist())) == 256
+    assert abs(r.mean().item() - 0.5) < 0.06 and abs(r.std().item() - 12 ** -0.5) < 0.04  # U(0, 1): 0.5, 0.289
+    for name, other in fns.items():
+        if name != "placebo":
+            corr = torch.corrcoef(torch.stack([r, other(images, prompts)]))[0, 1].item()
+            assert abs(corr) < 0.25, (name, corr)  # null s.d. at n = 256 is 0.0625
 
 
 def _lower(fn, good, bad, prompts_good, prompts_bad=None, margin=0.2):

@@ -1,4 +1,4 @@
-"""The digit world's eight rewards: four compose (GenEval-like) and four quality (aesthetic-like).
+"""The digit world's eight rewards: four compose (GenEval-like) and four quality (aesthetic-like), and a placebo.
 
 Every reward is a vectorised function ``(images (B, 3, H, W) in [0, 1], prompts: list[str]) -> Tensor[B]``, float32
 in ``[0, 1]``, higher is better. The glyph intensity ``I = max_c images`` (``data.ink_intensity``) is the ink map: the
@@ -205,5 +205,20 @@ def contrast_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return (level * sat * (1 - background)).clamp(0, 1).float()
 
 
+def placebo_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """A reward with no signal, for the null of training: a hash of the image's pixels (quantised to 1/255) mapped
+    to [0, 1). Deterministic and uniform over distinct images, and unrelated to any property of the image, so a run
+    trained on it shows what optimisation noise alone does to the judges (`recast.alone`). Not in any setting."""
+    import hashlib
+
+    import numpy as np
+
+    _specs(prompts, images.shape[0])
+    q = (images.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).cpu().numpy()
+    vals = [int.from_bytes(hashlib.blake2b(np.ascontiguousarray(x).tobytes(), digest_size=8).digest(), "little")
+            / 2.0 ** 64 for x in q]
+    return torch.tensor(vals, dtype=torch.float32)
+
+
 __all__ = ["color_reward", "position_reward", "size_reward", "sharpness_reward", "clean_reward", "contrast_reward",
-           "above_background", "ink_color", "ink_side", "stray_ink"]
+           "placebo_reward", "above_background", "ink_color", "ink_side", "stray_ink"]
