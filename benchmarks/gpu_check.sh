@@ -8,14 +8,15 @@
 #   4. benchmarks/bench_trainer.py on the digit world's `gpu` preset: ReCAST vs uniform, interleaved in one process,
 #      as the preset stands and with D re-estimated every 4th iteration from the x̂_0 of 32 samples;
 #   5. benchmarks/profile_informativeness.py on the `gpu` preset: the informativeness phase's parts, under each
-#      combination of those two settings.
-# SECTIONS="tests smoke sd3tiny trainer info" (the default) picks which of them run.
+#      combination of those two settings;
+#   6. benchmarks/resume_check.py on the `gpu` preset: is a run reproducible on the GPU, and is a resumed one exact?
+# SECTIONS="tests smoke sd3tiny trainer info resume" (the default) picks which of them run.
 set -o pipefail
 OUT=${OUT:-benchmarks/results/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 fail=0
-SECTIONS=${SECTIONS:-tests smoke sd3tiny trainer info}
+SECTIONS=${SECTIONS:-tests smoke sd3tiny trainer info resume}
 on() { [[ " $SECTIONS " == *" $1 "* ]]; }
 LOG=$OUT/gpu_check.log
 : >"$LOG"
@@ -61,5 +62,9 @@ if on info; then
         step "informativeness parts [$v]" timeout 90 python3 benchmarks/profile_informativeness.py --preset gpu \
             --iterations 14 $(sets "$v")
     done
+fi
+if on resume; then
+    step "resume check gpu" timeout 240 python3 benchmarks/resume_check.py --preset gpu --iterations 6 \
+        --out "$OUT/resume_gpu.json"
 fi
 exit $fail

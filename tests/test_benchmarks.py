@@ -32,3 +32,18 @@ def test_profile_informativeness_splits_the_phase_and_follows_the_subset(tmp_pat
 
 def test_gpu_check_script_parses():
     assert subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "gpu_check.sh")]).returncode == 0
+
+
+def test_resume_check_finds_resume_exact_and_tells_runs_apart(tmp_path):
+    from recast.config import preset
+    from recast.trainer import Trainer
+
+    rc = _module("resume_check")
+    cfg = preset("ci", method="recast", iterations=2, eval_every=0, rewards=("color", "size"))
+    r = rc.check(cfg, tmp_path / "a")
+    assert r["reproducible_bit_exact"] and r["resume_bit_exact"] and r["resumed_at"] == 1
+    assert r["reproducible_max_abs_diff"] == r["resume_max_abs_diff"] == 0.0
+    a, b = Trainer(cfg, tmp_path / "s0"), Trainer(cfg.replace(seed=1), tmp_path / "s1")
+    a.run(), b.run()
+    assert rc._max_diff(a, b) > 0  # the comparison can fail
+    assert not rc._same_logs(tmp_path / "s0", tmp_path / "s1")
