@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["LoadedPolicy", "load_policy", "sample_policy", "pairwise", "JudgeEval", "evaluate_sweep"]
+__all__ = ["LoadedPolicy", "load_policy", "sample_policy", "pairwise", "JudgeEval", "evaluate_sweep", "judge_runs"]
 
 
 @dataclass
@@ -175,3 +175,33 @@ def evaluate_sweep(runs: list, *, method: str = "recast", num_prompts: int = 64,
                              "seeds": len(s.rates), "seed_rates": " ".join(f"{r:.4f}" for r in s.rates),
                              "seed_ci_low": s.ci_low, "seed_ci_high": s.ci_high, "verdict": s.verdict})
     return JudgeEval(win_rows, judge_rows, grids, prompts)
+
+
+def judge_runs(judge_rows: list[dict], num_prompts: int) -> list[dict]:
+    """`JudgeEval.judge_rows` as one row per trained policy, shaped like `recast.sweep_results.collect`'s.
+
+    Each row carries ``method`` (the policy), ``judge/<k>`` and, from the same cell and seed's base-model row,
+    ``base:judge/<k>``, plus ``eval_prompts``, so `recast.sweep_results.compare` and `training_change` read it: the
+    paired comparisons at this evaluation's sample count instead of the training-time one.
+
+    Raises:
+        ValueError: a (setting, budget, seed) without its base-model row, or ``num_prompts`` < 1.
+    """
+    if num_prompts < 1:
+        raise ValueError(f"num_prompts must be >= 1, got {num_prompts}")
+    fixed = ("setting", "budget", "policy", "seed")
+    base = {(r["setting"], r["budget"], r["seed"]): r for r in judge_rows if r["policy"] == "base"}
+    out = []
+    for r in judge_rows:
+        if r["policy"] == "base":
+            continue
+        key = (r["setting"], r["budget"], r["seed"])
+        if key not in base:
+            raise ValueError(f"no base-model row for setting {key[0]!r}, budget {key[1]!r}, seed {key[2]}")
+        row = {"setting": r["setting"], "budget": r["budget"], "method": r["policy"], "seed": r["seed"],
+               "eval_prompts": num_prompts}
+        for k in (k for k in r if k not in fixed):
+            row[f"judge/{k}"] = r[k]
+            row[f"base:judge/{k}"] = base[key][k]
+        out.append(row)
+    return out

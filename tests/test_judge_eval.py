@@ -110,3 +110,26 @@ def test_seed_level_win_rate_has_the_t_interval_of_the_seed_rates():
     assert one.rates == (0.5,) and one.ci_low != one.ci_low and one.verdict == "tie"  # NaN interval
     with pytest.raises(ValueError, match="no seed"):
         win_rates_over_seeds([[None], []])
+
+
+def test_judge_runs_feed_the_paired_tables_at_the_evaluations_sample_count():
+    from recast.judge_eval import judge_runs
+    from recast.sweep_results import compare, training_change
+
+    rows = []
+    for seed, (rc, un) in enumerate([(40, 38), (42, 39), (44, 40)]):  # strict passes out of 64
+        rows += [{"setting": "compose", "budget": "uniform", "policy": "base", "seed": seed, "strict": 30 / 64},
+                 {"setting": "compose", "budget": "uniform", "policy": "recast", "seed": seed, "strict": rc / 64},
+                 {"setting": "compose", "budget": "uniform", "policy": "uniform", "seed": seed, "strict": un / 64}]
+    runs = judge_runs(rows, 64)
+    assert len(runs) == 6 and {r["method"] for r in runs} == {"recast", "uniform"}
+    assert all(r["eval_prompts"] == 64 and r["base:judge/strict"] == 30 / 64 for r in runs)
+    (c,) = compare(runs)
+    assert c["metric"] == "judge/strict" and c["diff"] == pytest.approx(3 / 64) and c["verdict"] == "win"
+    change = {(r["method"], r["metric"]): r for r in training_change(runs)}
+    assert change[("recast", "judge/strict")]["change"] == pytest.approx(12 / 64)
+    assert change[("recast", "judge/strict")]["verdict"] == "better"
+    with pytest.raises(ValueError, match="no base-model row"):
+        judge_runs([r for r in rows if not (r["policy"] == "base" and r["seed"] == 1)], 64)
+    with pytest.raises(ValueError, match="num_prompts"):
+        judge_runs(rows, 0)
