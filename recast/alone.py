@@ -26,6 +26,7 @@ __all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "alone_table", 
 # reward -> the held-out judges that check the same property
 MATCHING_JUDGES: dict[str, tuple[str, ...]] = {
     "digit": ("judge/digit",), "color": ("judge/color",), "position": ("judge/position",), "size": ("judge/size",),
+    "position_flat": ("judge/position",),
     "sharpness": ("judge/defect_blur", "judge/fid"), "clean": ("judge/defect_speckle", "judge/fid"),
     "contrast": ("judge/defect_fade", "judge/fid"), "realism": ("judge/fid",),
     # the null: a reward with no signal (a hash of the pixels) has no judge to raise, and passes when it lowers none.

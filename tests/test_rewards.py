@@ -38,7 +38,7 @@ def _other(values, v):
 
 
 def test_registry_names_settings_and_unknown():
-    assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | {"placebo"}
+    assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | {"placebo", "position_flat"}
     assert rewards.SETTINGS["compose"] == ("digit", "color", "position", "size")
     assert rewards.SETTINGS["quality"] == ("sharpness", "clean", "contrast", "realism")
     assert rewards.SETTINGS["timing"] == ("color", "sharpness")
@@ -66,6 +66,29 @@ def test_real_canvases_score_high(batch, fns):
     for name, fn in fns.items():
         if name != "placebo":  # no signal by design (its own test below)
             assert fn(images, prompts).mean() > 0.6, name
+
+
+def test_position_flat_is_one_within_its_dead_zone_and_position_shifted_beyond(batch, fns):
+    from recast.digits.rewards.digit import _position_distance, position_dead_zone
+
+    images, prompts, _ = batch
+    r0 = position_dead_zone()
+    assert 2.0 < r0 < 3.0  # real glyphs' centroids sit within ~2.5 px of their region's centre
+    d = _position_distance(images, prompts)
+    flat, pos = fns["position_flat"](images, prompts), fns["position"](images, prompts)
+    assert (flat[d <= r0] == 1).all() and (flat >= pos).all()
+    assert (flat == 1).float().mean() > 0.9  # real canvases; the old reward takes ~0.1 off for jitter
+    # beyond the dead zone it is position's Gaussian of the distance less r0: shift a glyph 6 px off its centre
+    from recast.digits.rewards.digit import POSITION_WIDTH
+
+    moved = torch.roll(images, shifts=6, dims=3)
+    dm = _position_distance(moved, prompts)
+    far = dm > r0
+    torch.testing.assert_close(fns["position_flat"](moved, prompts)[far],
+                               torch.exp(-(dm[far] - r0) ** 2 / (2 * POSITION_WIDTH ** 2)).float())
+    # another quadrant scores ~0
+    other = [p.replace("left", "RIGHT").replace("right", "left").replace("RIGHT", "right") for p in prompts]
+    assert fns["position_flat"](images, other).max() < 0.05
 
 
 def test_placebo_is_deterministic_uniform_and_unrelated_to_every_reward(fns):

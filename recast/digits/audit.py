@@ -72,14 +72,15 @@ def audit_world(world, *, n: int = 256, split: str = "test", num_steps: int = 10
                 seed: int = 0) -> WorldAudit:
     """Judge accuracies, defect rates and reward-judge agreement of a world's ODE samples."""
     from recast.digits import rewards as R
-    from recast.digits.judges.agreement import reward_judge_agreement
+    from recast.digits.judges.agreement import MATCHING_VERDICT, reward_judge_agreement
     from recast.digits.judges.attributes import judge_report
     from recast.digits.judges.defects import defect_report
 
     images, prompts = sample_world(world, n=n, split=split, num_steps=num_steps, shift=shift, seed=seed)
     judges = {k: v for k, v in judge_report(images, prompts).as_dict().items() if k != "n"}
     judges.update({f"defect_{k}": v for k, v in defect_report(images).as_dict().items() if k != "n"})
-    names = list(dict.fromkeys(name for setting in R.SETTINGS.values() for name in setting))
+    # every setting's rewards, then the candidates that have a matching judge (position_flat)
+    names = list(dict.fromkeys([*(name for setting in R.SETTINGS.values() for name in setting), *MATCHING_VERDICT]))
     scores = {name: R.get(name)("cpu")(images, prompts) for name in names}
     agreement = {k: a.auc for k, a in reward_judge_agreement(images, prompts, scores).items()}
     return WorldAudit(judges, agreement, {k: float(v.mean()) for k, v in scores.items()}, n, split, num_steps,

@@ -16,7 +16,7 @@ __all__ = ["MATCHING_VERDICT", "Agreement", "judge_verdicts", "reward_judge_agre
 
 # reward -> the held-out verdict it should predict (True = judge passes the sample)
 MATCHING_VERDICT: dict[str, str] = {
-    "digit": "digit", "color": "color", "position": "position", "size": "size",
+    "digit": "digit", "color": "color", "position": "position", "position_flat": "position", "size": "size",
     "sharpness": "not_blur", "clean": "not_speckle", "contrast": "not_fade", "realism": "defect_free",
 }
 

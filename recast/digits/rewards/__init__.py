@@ -99,6 +99,8 @@ _REGISTRY: dict[str, Factory] = {
     "clean": _rule(_rules.clean_reward),
     "contrast": _rule(_rules.contrast_reward),
     "realism": _realism_factory,
+    # a candidate redesign of position with a flat top (in no setting yet; README "Each reward alone")
+    "position_flat": _rule(_rules.position_flat_reward),
     # no signal, in no setting: the null of training for the single-reward runs (`recast.alone`)
     "placebo": _rule(_rules.placebo_reward),
 }

@@ -22,6 +22,7 @@ from recast.digits import data
 
 COLOR_WIDTH: float = 0.35  # std of the colour kernel in normalised-RGB units (red..yellow distance = 1)
 POSITION_WIDTH: float = 3.0  # std of the position kernel in pixels (adjacent region centres are 12 px apart)
+POSITION_DEAD_ZONE_QUANTILE: float = 0.99  # position_flat scores 1 within this quantile of real canvases' distances
 SIZE_WIDTH: float = 0.06  # width of the size reward's soft threshold in log-side units (log(12 / 8) = 0.41)
 SIZE_INK_LEVEL: float = 0.3  # intensity at which a pixel counts half as ink for the size reward's soft box
 SIZE_INK_TEMP: float = 0.1  # softness of that count (a sigmoid's temperature in intensity units)
@@ -77,15 +78,40 @@ def color_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return torch.exp(-d2 / (2 * COLOR_WIDTH ** 2)).float()
 
 
-def position_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-    """``exp(-d^2 / (2 w^2))`` with ``d`` the distance in pixels from the ink centroid to the prompted region's
-    centre. Range [0, 1]; jitter of a real canvas costs ~0.1; another quadrant scores ~0. Informative early."""
+def _position_distance(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """Distance ``(B,)`` in pixels from the ink centroid to the prompted region's centre."""
     specs = _specs(prompts, images.shape[0])
     target = torch.tensor([data.region_center(s.position) for s in specs], dtype=images.dtype,
                           device=images.device)
     centroid, _, _ = _moments(images)
-    d2 = ((centroid - target) ** 2).sum(1)
-    return torch.exp(-d2 / (2 * POSITION_WIDTH ** 2)).float()
+    return ((centroid - target) ** 2).sum(1).sqrt()
+
+
+def position_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """``exp(-d^2 / (2 w^2))`` with ``d`` the distance in pixels from the ink centroid to the prompted region's
+    centre. Range [0, 1]; jitter of a real canvas costs ~0.1; another quadrant scores ~0. Informative early."""
+    d = _position_distance(images, prompts)
+    return torch.exp(-d ** 2 / (2 * POSITION_WIDTH ** 2)).float()
+
+
+@functools.lru_cache(maxsize=1)
+def position_dead_zone() -> float:
+    """The `POSITION_DEAD_ZONE_QUANTILE` quantile of real canvases' centroid-to-centre distance in pixels (1,024
+    base-split canvases, seed 0): placement jitter plus the glyph's own off-centre ink. 2.52 px; adjacent region
+    centres are 12 px apart."""
+    gen = torch.Generator().manual_seed(0)
+    images, prompts = data.sample_batch(1024, generator=gen)
+    return float(_position_distance(images, prompts).quantile(POSITION_DEAD_ZONE_QUANTILE))
+
+
+def position_flat_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """A candidate redesign of ``position`` (in no setting yet): ``exp(-max(0, d - r)^2 / (2 w^2))`` with a flat top of
+    radius ``r = position_dead_zone()``, within which 99 % of real canvases of the prompted region fall. A real canvas
+    scores 1 (``position`` takes ~0.1 off for its jitter), and the reward no longer pays for moving a glyph that is
+    already in place by a fraction of a pixel, a move a policy can only make by spreading its ink, which reads as blur
+    (``scripts/position_subpixel_probe.py``). Range [0, 1]; another quadrant scores ~0."""
+    d = _position_distance(images, prompts)
+    return torch.exp(-(d - position_dead_zone()).clamp_min(0) ** 2 / (2 * POSITION_WIDTH ** 2)).float()
 
 
 def ink_side(images: torch.Tensor) -> torch.Tensor:
@@ -220,5 +246,5 @@ def placebo_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return torch.tensor(vals, dtype=torch.float32)
 
 
-__all__ = ["color_reward", "position_reward", "size_reward", "sharpness_reward", "clean_reward", "contrast_reward",
+__all__ = ["color_reward", "position_reward", "position_flat_reward", "size_reward", "sharpness_reward", "clean_reward", "contrast_reward",
            "placebo_reward", "above_background", "ink_color", "ink_side", "stray_ink"]
