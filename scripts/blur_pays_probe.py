@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from recast.digits.judges.agreement import reward_judge_agreement
 
     cols = [*names[:4], "size_large", "size_small", "size_half_max", *names[4:]]
-    auc = {k: reward_judge_agreement(images, prompts, {"size": before[k]})["size"].auc for k in ("size", "size_half_max")}
+    auc = {k: reward_judge_agreement(images, prompts, {"size": before[k]})["size"].auc
+           for k in ("size", "size_half_max")}
     print(f"agreement AUC with the size judge on these samples: size {auc['size']:.3f}, "
           f"half-maximum candidate {auc['size_half_max']:.3f}")
     print(f"base samples: {a.n}; change of each reward under the blur (share of samples whose reward rises)\n")

@@ -21,7 +21,8 @@ import torch
 
 
 def shift(images: torch.Tensor, dyx: torch.Tensor) -> torch.Tensor:
-    """Shift each image ``(B, 3, H, W)`` by ``dyx (B, 2)`` pixels (down, right), bilinearly, with the border pixels repeated (the background statistics the blur judge normalises by stay put)."""
+    """Shift each image ``(B, 3, H, W)`` by ``dyx (B, 2)`` pixels (down, right), bilinearly, repeating the border
+    pixels, so the background statistics the blur judge normalises by stay put."""
     import torch.nn.functional as F
 
     B, _, H, W = images.shape

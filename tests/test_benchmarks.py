@@ -24,7 +24,8 @@ def test_profile_informativeness_splits_the_phase_and_follows_the_subset(tmp_pat
     assert (tmp_path / "p.json").is_file() and full["iterations_timed"] == 2
     T = full["T"]
     assert full["proxies_per_iteration"] == full["B"] * (T - 1)  # every sample's x̂_0 at every interior row
-    assert sub["proxies_per_iteration"] == 2 * (T - 1) and sub["set"] == {"informativeness_subset": 2, "recast_every": 2}
+    assert sub["proxies_per_iteration"] == 2 * (T - 1)
+    assert sub["set"] == {"informativeness_subset": 2, "recast_every": 2}
     for r in (full, sub):
         assert 0 < r["score_proxies_s"] and 0 < r["tracker_add_s"] <= r["informativeness_s"] < r["iteration_s"]
         assert r["recast_only_pct"] == pytest.approx(100 * (r["informativeness_s"] + r["solver_s"]) / r["iteration_s"])

@@ -1,4 +1,5 @@
-"""The digit world's eight rewards: four compose (GenEval-like) and four quality (aesthetic-like), and a placebo.
+"""The digit world's eight rewards: four compose (GenEval-like) and four quality (aesthetic-like); also a candidate
+redesign of position with a flat top (``position_flat``) and a placebo without signal, in no setting.
 
 Every reward is a vectorised function ``(images (B, 3, H, W) in [0, 1], prompts: list[str]) -> Tensor[B]``, float32
 in ``[0, 1]``, higher is better. The glyph intensity ``I = max_c images`` (``data.ink_intensity``) is the ink map: the
@@ -246,5 +247,5 @@ def placebo_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return torch.tensor(vals, dtype=torch.float32)
 
 
-__all__ = ["color_reward", "position_reward", "position_flat_reward", "size_reward", "sharpness_reward", "clean_reward", "contrast_reward",
-           "placebo_reward", "above_background", "ink_color", "ink_side", "stray_ink"]
+__all__ = ["color_reward", "position_reward", "position_flat_reward", "size_reward", "sharpness_reward", "clean_reward",
+           "contrast_reward", "placebo_reward", "above_background", "ink_color", "ink_side", "stray_ink"]
