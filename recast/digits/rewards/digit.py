@@ -79,20 +79,25 @@ def color_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return torch.exp(-d2 / (2 * COLOR_WIDTH ** 2)).float()
 
 
-def _position_distance(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-    """Distance ``(B,)`` in pixels from the ink centroid to the prompted region's centre."""
+def _position_sq_distance(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """Squared distance ``(B,)`` in pixels² from the ink centroid to the prompted region's centre."""
     specs = _specs(prompts, images.shape[0])
     target = torch.tensor([data.region_center(s.position) for s in specs], dtype=images.dtype,
                           device=images.device)
     centroid, _, _ = _moments(images)
-    return ((centroid - target) ** 2).sum(1).sqrt()
+    return ((centroid - target) ** 2).sum(1)
+
+
+def _position_distance(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """Distance ``(B,)`` in pixels from the ink centroid to the prompted region's centre."""
+    return _position_sq_distance(images, prompts).sqrt()
 
 
 def position_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """``exp(-d^2 / (2 w^2))`` with ``d`` the distance in pixels from the ink centroid to the prompted region's
     centre. Range [0, 1]; jitter of a real canvas costs ~0.1; another quadrant scores ~0. Informative early."""
-    d = _position_distance(images, prompts)
-    return torch.exp(-d ** 2 / (2 * POSITION_WIDTH ** 2)).float()
+    d2 = _position_sq_distance(images, prompts)  # squared directly: the committed runs' numbers, bit for bit
+    return torch.exp(-d2 / (2 * POSITION_WIDTH ** 2)).float()
 
 
 @functools.lru_cache(maxsize=1)
