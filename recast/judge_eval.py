@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["LoadedPolicy", "load_policy", "sample_policy", "pairwise", "JudgeEval", "evaluate_sweep", "judge_runs"]
+__all__ = ["LoadedPolicy", "load_policy", "sample_policy", "sample_test_prompts", "pairwise", "JudgeEval",
+           "evaluate_sweep", "judge_runs"]
 
 
 @dataclass
@@ -91,6 +92,16 @@ def sample_policy(p: LoadedPolicy, prompts: list[str], *, seed: int = 0, batch_s
                 x0 = sample_ode(tr, embeds, p.sigmas, noise=noise[i:i + batch_size], return_trajectory=False).x0
         out.append(p.world.decode(x0.float()).cpu())
     return torch.cat(out)
+
+
+def sample_test_prompts(p: LoadedPolicy, n: int, *, seed: int = 0) -> tuple[torch.Tensor, list[str]]:
+    """The world's test prompts cycled to ``n``, and the policy's ODE samples of them (`sample_policy`, noise from
+    ``seed``): the batch the probes and `recast.alone.reevaluate` read. Returns ``(images (n, 3, H, W), prompts)``."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    pool = p.world.prompts("test")
+    prompts = [pool[i % len(pool)] for i in range(n)]
+    return sample_policy(p, prompts, seed=seed), prompts
 
 
 def pairwise(world, a_images: torch.Tensor, b_images: torch.Tensor, prompts: list[str]) -> list[int]:

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from recast.digits.judges import defect_report
     from recast.digits.judges.attributes import judge_attributes
     from recast.digits.rewards.degrade import gaussian_blur
-    from recast.judge_eval import load_policy, sample_policy
+    from recast.judge_eval import load_policy, sample_test_prompts
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", default="runs/alone/placebo/seed_0", help="any run of the base model; its base is used")
@@ -57,10 +57,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--sigmas", default="0.5,0.75,1.0")
     a = p.parse_args(argv)
     torch.set_num_threads(2)
-    base = load_policy(a.run, "base")
-    pool = base.world.prompts("test")
-    prompts = [pool[i % len(pool)] for i in range(a.n)]
-    images = sample_policy(base, prompts, seed=REEVAL_SEED_OFFSET)
+    images, prompts = sample_test_prompts(load_policy(a.run, "base"), a.n, seed=REEVAL_SEED_OFFSET)
     names = [n for n in R.names() if n != "placebo"]
     fns = {n: R.get(n)("cpu") for n in names}
     fns["size_half_max"] = half_max_size_reward

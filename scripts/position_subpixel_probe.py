@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from recast.digits.judges import defect_report
     from recast.digits.judges.attributes import judge_attributes
     from recast.digits.rewards.digit import _moments
-    from recast.judge_eval import load_policy, sample_policy
+    from recast.judge_eval import load_policy, sample_test_prompts
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", default="runs/alone/placebo/seed_0", help="any run of the base model; its base is used")
@@ -49,10 +49,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--shifts", default="0.25,0.5,1.0,1.5")
     a = p.parse_args(argv)
     torch.set_num_threads(2)
-    base = load_policy(a.run, "base")
-    pool = base.world.prompts("test")
-    prompts = [pool[i % len(pool)] for i in range(a.n)]
-    images = sample_policy(base, prompts, seed=REEVAL_SEED_OFFSET)
+    images, prompts = sample_test_prompts(load_policy(a.run, "base"), a.n, seed=REEVAL_SEED_OFFSET)
     reward = R.get("position")("cpu")
     r0 = reward(images, prompts)
     target = torch.tensor([data.region_center(data.parse_prompt(t).position) for t in prompts])

@@ -133,3 +133,17 @@ def test_judge_runs_feed_the_paired_tables_at_the_evaluations_sample_count():
         judge_runs([r for r in rows if not (r["policy"] == "base" and r["seed"] == 1)], 64)
     with pytest.raises(ValueError, match="num_prompts"):
         judge_runs(rows, 0)
+
+
+def test_sample_test_prompts_cycles_the_test_split_and_matches_sample_policy(tmp_path):
+    from recast.judge_eval import sample_test_prompts
+
+    train(preset("ci", iterations=1, eval_every=0), tmp_path)
+    p = load_policy(tmp_path, "base")
+    pool = p.world.prompts("test")
+    n = len(pool) + 3
+    images, prompts = sample_test_prompts(p, n, seed=5)
+    assert prompts == [pool[i % len(pool)] for i in range(n)] and images.shape[0] == n
+    assert torch.equal(images, sample_policy(p, prompts, seed=5))
+    with pytest.raises(ValueError, match="n must be"):
+        sample_test_prompts(p, 0)
