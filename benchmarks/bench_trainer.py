@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from recast.config import parse_field, preset
+from recast.config import parse_overrides, preset
 from recast.io import write_json
 from recast.trainer import Trainer, load_run
 from recast.trainer.metrics import PHASES
@@ -55,15 +55,10 @@ def main() -> None:
                     help="override a TrainConfig field for both methods (repeatable), e.g. --set recast_every=4")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "trainer.json"))
     args = ap.parse_args()
-    sets = {}
-    for text in args.set:
-        key, sep, value = text.partition("=")
-        if not sep:
-            ap.error(f"--set expects FIELD=VALUE, got {text!r}")
-        try:
-            sets[key.strip()] = parse_field(key.strip(), value)
-        except ValueError as err:
-            ap.error(str(err))
+    try:
+        sets = parse_overrides(args.set)
+    except ValueError as err:
+        ap.error(str(err))
     seeds = [int(s) for s in args.seeds.split(",")]
     results = {m: [] for m in METHODS}
     cfg0 = None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from recast.config import parse_field, preset
+from recast.config import parse_overrides, preset
 from recast.trainer import Trainer
 from recast.trainer import loop as L
 
@@ -29,7 +29,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
-    sets = {k.strip(): parse_field(k.strip(), v) for k, _, v in (t.partition("=") for t in args.set)}
+    try:
+        sets = parse_overrides(args.set)
+    except ValueError as err:
+        ap.error(str(err))
     cfg = preset(args.preset, setting=args.setting, method="recast", iterations=args.iterations, progress=False,
                  eval_every=0, **sets)
     cuda = cfg.device.startswith("cuda")

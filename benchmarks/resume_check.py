@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from recast.config import parse_field, preset
+from recast.config import parse_overrides, preset
 from recast.trainer import Trainer, load_run
 
 
@@ -59,7 +59,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
-    sets = {k.strip(): parse_field(k.strip(), v) for k, _, v in (t.partition("=") for t in args.set)}
+    try:
+        sets = parse_overrides(args.set)
+    except ValueError as err:
+        ap.error(str(err))
     results = []
     with tempfile.TemporaryDirectory(prefix="resume_check_") as tmp:
         for backend in args.backends.split(","):

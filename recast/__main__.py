@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from recast.config import BACKENDS, METHODS, TrainConfig, parse_field, parse_floats, preset
+from recast.config import BACKENDS, METHODS, TrainConfig, parse_floats, parse_overrides, preset
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -24,11 +24,8 @@ def _floats(text: str) -> tuple[float, ...]:
 
 def _override(text: str) -> tuple[str, object]:
     """`key=value` for any TrainConfig field; the value is parsed by the field's type (errors name the field)."""
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE with a TrainConfig field, got {text!r}")
     try:
-        return key.strip(), parse_field(key.strip(), value)
+        return next(iter(parse_overrides([text]).items()))
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 

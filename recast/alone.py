@@ -184,7 +184,7 @@ def reevaluate(runs, *, num_prompts: int = 256, batch_size: int = 64) -> list[di
 
     import torch
 
-    from recast.judge_eval import load_policy, sample_policy
+    from recast.judge_eval import load_policy, sample_test_prompts
     from recast.sweep import is_finished
 
     if num_prompts < 1:
@@ -196,13 +196,11 @@ def reevaluate(runs, *, num_prompts: int = 256, batch_size: int = 64) -> list[di
         base = load_policy(run.out_dir, "base")  # checks the run has adapters to switch off
         final = replace(base, which="ema")  # the same loaded world and policy, sampled through its EMA
         reward = final.world.reward(run.budget, "cpu")
-        pool = final.world.prompts("test")
-        prompts = [pool[i % len(pool)] for i in range(num_prompts)]
         seed = int(run.seed) + REEVAL_SEED_OFFSET
         row = {"setting": run.setting, "budget": run.budget, "method": run.method, "seed": run.seed,
                "eval_prompts": num_prompts, "command": run.command}
         for prefix, loaded in (("", final), ("base:", base)):
-            images = sample_policy(loaded, prompts, seed=seed, batch_size=batch_size)
+            images, prompts = sample_test_prompts(loaded, num_prompts, seed=seed, batch_size=batch_size)
             scores = final.world.evaluate(images, prompts, seed=seed)
             row.update({f"{prefix}judge/{k}": v for k, v in scores.items() if k != "diversity"})
             row[f"{prefix}reward/{run.budget}"] = float(torch.as_tensor(reward(images, prompts)).float().mean())

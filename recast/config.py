@@ -341,6 +341,21 @@ def parse_field(name: str, text: str):
     return text
 
 
+def parse_overrides(texts) -> dict:
+    """``FIELD=VALUE`` strings (what repeated ``--set`` options give) as a dict of parsed TrainConfig values.
+
+    Raises:
+        ValueError: an item without ``=``, or what `parse_field` raises for its field and value.
+    """
+    out = {}
+    for text in texts:
+        key, sep, value = text.partition("=")
+        if not sep:
+            raise ValueError(f"expected FIELD=VALUE with a TrainConfig field, got {text!r}")
+        out[key.strip()] = parse_field(key.strip(), value)
+    return out
+
+
 def _is_number(v, *, finite: bool) -> bool:
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         return False

@@ -94,14 +94,15 @@ def sample_policy(p: LoadedPolicy, prompts: list[str], *, seed: int = 0, batch_s
     return torch.cat(out)
 
 
-def sample_test_prompts(p: LoadedPolicy, n: int, *, seed: int = 0) -> tuple[torch.Tensor, list[str]]:
+def sample_test_prompts(p: LoadedPolicy, n: int, *, seed: int = 0,
+                        batch_size: int = 64) -> tuple[torch.Tensor, list[str]]:
     """The world's test prompts cycled to ``n``, and the policy's ODE samples of them (`sample_policy`, noise from
     ``seed``): the batch the probes and `recast.alone.reevaluate` read. Returns ``(images (n, 3, H, W), prompts)``."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     pool = p.world.prompts("test")
     prompts = [pool[i % len(pool)] for i in range(n)]
-    return sample_policy(p, prompts, seed=seed), prompts
+    return sample_policy(p, prompts, seed=seed, batch_size=batch_size), prompts
 
 
 def pairwise(world, a_images: torch.Tensor, b_images: torch.Tensor, prompts: list[str]) -> list[int]:

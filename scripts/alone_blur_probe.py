@@ -19,7 +19,7 @@ import torch
 def main(argv: list[str] | None = None) -> list[dict]:
     from recast.alone import REEVAL_SEED_OFFSET
     from recast.digits.judges import defect_report
-    from recast.judge_eval import load_policy, sample_policy
+    from recast.judge_eval import load_policy, sample_test_prompts
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("reward", help="the single reward whose runs to read (runs/alone/<reward>)")
@@ -32,10 +32,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for seed in (int(s) for s in a.seeds.split(",")):
         row = {"seed": seed}
         base = load_policy(Path(a.root) / a.reward / f"seed_{seed}", "base")
-        pool = base.world.prompts("test")
-        prompts = [pool[i % len(pool)] for i in range(a.n)]
         for which in ("base", "ema", "params"):  # one loaded run, sampled three ways
-            images = sample_policy(replace(base, which=which), prompts, seed=seed + REEVAL_SEED_OFFSET)
+            images, _ = sample_test_prompts(replace(base, which=which), a.n, seed=seed + REEVAL_SEED_OFFSET)
             row[which] = defect_report(images).as_dict()["blur"]
         rows.append(row)
     print(f"| {a.reward} alone, seed | blurred: base model | EMA policy | raw trained weights |\n| --- | --- | --- | --- |")

@@ -384,3 +384,15 @@ def test_kill_fuzz_short(tmp_path, monkeypatch, backend, fault, real_kill):
     assert torch.load(run / "checkpoint.pt", weights_only=True)["iteration"] == 1
     train(cfg, run, resume=True)
     assert fuzz.compare(ref, run) is None
+
+
+def test_parse_overrides_parses_each_field_and_names_bad_items():
+    from recast.config import parse_overrides
+
+    assert parse_overrides(["recast_every=4", " lr =3e-4", "lam=1,2"]) == {"recast_every": 4, "lr": 3e-4,
+                                                                         "lam": (1.0, 2.0)}
+    assert parse_overrides([]) == {}
+    with pytest.raises(ValueError, match="expected FIELD=VALUE"):
+        parse_overrides(["recast_every"])
+    with pytest.raises(ValueError, match="group_size: expected int"):
+        parse_overrides(["group_size=two"])
