@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from recast.config import parse_overrides, preset
+from recast.io import write_json
 from recast.trainer import Trainer
 from recast.trainer import loop as L
 
@@ -75,7 +76,7 @@ def main(argv=None) -> dict:
     result["recast_only_pct"] = 100 * (result["informativeness_s"] + result["solver_s"]) / result["iteration_s"]
     print(json.dumps(result, indent=2))
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.out, result)
     return result
 
 

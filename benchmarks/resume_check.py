@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from recast.config import parse_overrides, preset
+from recast.io import write_json
 from recast.trainer import Trainer, load_run
 
 
@@ -73,7 +74,7 @@ def main(argv=None) -> dict:
            "gpu": torch.cuda.get_device_name() if cfg.device.startswith("cuda") else None, "runs": results}
     print(json.dumps(out, indent=2))
     if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+        write_json(args.out, out)
     return out
 
 
