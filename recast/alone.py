@@ -26,7 +26,7 @@ __all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "alone_table", 
 # reward -> the held-out judges that check the same property
 MATCHING_JUDGES: dict[str, tuple[str, ...]] = {
     "digit": ("judge/digit",), "color": ("judge/color",), "position": ("judge/position",), "size": ("judge/size",),
-    "position_flat": ("judge/position",),
+    "position_flat": ("judge/position",), "size_half_max": ("judge/size",),
     "sharpness": ("judge/defect_blur", "judge/fid"), "clean": ("judge/defect_speckle", "judge/fid"),
     "contrast": ("judge/defect_fade", "judge/fid"), "realism": ("judge/fid",),
     # the null: a reward with no signal (a hash of the pixels) has no judge to raise, and passes when it lowers none.
@@ -158,52 +158,65 @@ def rule_false_alarm(n_seeds: int, n_judges: int = 1) -> float:
 REEVAL_SEED_OFFSET: int = 20_011  # noise of the re-evaluation: run seed + this (the training-time evals use 10_007)
 
 
-def reevaluate(runs, *, num_prompts: int = 256, batch_size: int = 64) -> list[dict]:
-    """Re-score finished single-reward runs on more samples than their training-time evaluations.
+def reevaluate(runs, *, num_prompts: int = 256, batch_size: int = 64, which: str = "ema") -> list[dict]:
+    """Re-score finished runs (single-reward runs or a setting's) on more samples than their training-time
+    evaluations.
 
     The training-time evaluations read the 64 test prompts once, so a judge's pass rate carries a binomial s.e. of
     about 0.06 per run, as large as most single-reward effects. Here each run's base model (its adapters off) and its
     final EMA policy are sampled on the test prompts cycled to ``num_prompts``, with the same noise for both (seeded
-    by the run's seed + `REEVAL_SEED_OFFSET`), and scored by the world's judges and the run's reward.
+    by the run's seed + `REEVAL_SEED_OFFSET`), and scored by the world's judges and each of the run's rewards.
 
     Args:
-        runs: `plan_alone` runs (unfinished ones are skipped).
+        runs: `plan_alone` or `recast.sweep.plan_sweep` runs (unfinished ones are skipped).
         num_prompts: samples per policy.
         batch_size: sampling batch.
+        which: the final policy, "ema" (what the trainer evaluates) or "params" (the raw trained weights).
 
     Returns:
-        rows shaped like `recast.sweep_results.collect`'s (``budget`` = the reward, ``judge/<k>`` and
-        ``base:judge/<k>``, ``reward/<r>`` and ``base:reward/<r>``, ``eval_prompts``), so `alone_table` reads them.
+        rows shaped like `recast.sweep_results.collect`'s (``budget``: the run's, which for a single-reward run is the
+        reward; ``judge/<k>`` and ``base:judge/<k>``; ``reward/<r>`` and ``base:reward/<r>`` for each of the run's
+        rewards; ``eval_prompts``), so `alone_table` and `change_over_seeds` read them.
         The diversity judge, which only exists for repeated prompts, is left out, so the judges are the same as at
         training time.
 
     Raises:
-        ValueError: ``num_prompts`` < 1.
+        ValueError: ``num_prompts`` < 1, ``which`` not "ema" or "params", or a run whose config.json does not
+            record its rewards.
     """
     from dataclasses import replace
+    from pathlib import Path
 
     import torch
 
+    from recast.io import read_json
     from recast.judge_eval import load_policy, sample_test_prompts
     from recast.sweep import is_finished
 
     if num_prompts < 1:
         raise ValueError(f"num_prompts must be >= 1, got {num_prompts}")
+    if which not in ("ema", "params"):
+        raise ValueError(f"which must be 'ema' or 'params', got {which!r}")
     rows = []
     for run in runs:
         if not is_finished(run):
             continue
         base = load_policy(run.out_dir, "base")  # checks the run has adapters to switch off
-        final = replace(base, which="ema")  # the same loaded world and policy, sampled through its EMA
-        reward = final.world.reward(run.budget, "cpu")
+        final = replace(base, which=which)  # the same loaded world and policy, through its EMA or raw weights
+        # the rewards the run trained, as it recorded them (a setting's list can change after the run)
+        names = read_json(Path(run.out_dir) / "config.json").get("_run", {}).get("reward_names")
+        if not names:
+            raise ValueError(f"{run.out_dir}/config.json records no reward_names: not a recast-run/1 run")
+        rewards = {name: final.world.reward(name, "cpu") for name in names}
         seed = int(run.seed) + REEVAL_SEED_OFFSET
         row = {"setting": run.setting, "budget": run.budget, "method": run.method, "seed": run.seed,
-               "eval_prompts": num_prompts, "command": run.command}
+               "eval_prompts": num_prompts, "policy": which, "command": run.command}
         for prefix, loaded in (("", final), ("base:", base)):
             images, prompts = sample_test_prompts(loaded, num_prompts, seed=seed, batch_size=batch_size)
             scores = final.world.evaluate(images, prompts, seed=seed)
             row.update({f"{prefix}judge/{k}": v for k, v in scores.items() if k != "diversity"})
-            row[f"{prefix}reward/{run.budget}"] = float(torch.as_tensor(reward(images, prompts)).float().mean())
+            for name, reward in rewards.items():
+                row[f"{prefix}reward/{name}"] = float(torch.as_tensor(reward(images, prompts)).float().mean())
         rows.append(row)
     return rows
 

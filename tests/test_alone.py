@@ -1,5 +1,7 @@
 """Single-reward runs: the plan is one CLI command per (reward, seed), and the table's verdicts follow their rule."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -169,3 +171,18 @@ def test_reevaluate_pairs_base_and_final_on_more_samples(tmp_path, monkeypatch):
     assert {r["reward"] for r in table} == {"digit", "color"} and all(r["n"] == 1 for r in table)
     with pytest.raises(ValueError, match="num_prompts"):
         reevaluate(runs, num_prompts=0)
+    # the raw trained weights instead of their EMA: the same base scores, the final policy's own
+    raw = reevaluate(runs, num_prompts=6, batch_size=4, which="params")
+    assert [r["policy"] for r in rows] == ["ema", "ema"] and [r["policy"] for r in raw] == ["params", "params"]
+    assert all(raw[i][f"base:{k}"] == rows[i][f"base:{k}"] for i in range(2) for k in judges)
+    assert any(raw[i][k] != rows[i][k] for i in range(2) for k in judges)
+    with pytest.raises(ValueError, match="which"):
+        reevaluate(runs, num_prompts=6, which="old")
+    # the rewards scored are the ones the run recorded, not whatever its setting names today
+    cfg_path = runs[0].out_dir / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    assert cfg["_run"]["reward_names"] == ["digit"] and "reward/color" not in rows[0]
+    cfg.pop("_run")
+    cfg_path.write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="records no reward_names"):
+        reevaluate(runs[:1], num_prompts=6)

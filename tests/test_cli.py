@@ -25,8 +25,9 @@ def test_cli_overrides():
     assert cfg.backend == "grpo" and cfg.nft_beta == 0.5 and cfg.fixed_W == ((0.5, 0.0), (0.0, 0.5))
 
 
-def test_kl_beta_follows_the_setting_unless_given():
-    """cpu and gpu take kl_beta 3 in quality and 1 elsewhere; an explicit kl_beta or a reward list keeps control."""
+def test_kl_beta_and_ema_decay_follow_the_setting_unless_given():
+    """cpu and gpu take kl_beta 3 in quality and 1 elsewhere, cpu ema_decay 0 in compose; an explicit field or a
+    reward list keeps control."""
     from recast.config import preset
 
     assert preset("cpu").kl_beta == 1.0 and preset("cpu", setting="compose").kl_beta == 1.0
@@ -38,6 +39,14 @@ def test_kl_beta_follows_the_setting_unless_given():
     for preset_args in (["--setting", "quality"], ["--setting", "quality", "--set", "kl_beta=2"]):
         args = build_parser().parse_args(["train", "--preset", "cpu", "--out", "x", *preset_args])
         assert config_from_args(args).kl_beta == (2.0 if "--set" in preset_args else 3.0)
+    # ema_decay the same way: cpu evaluates compose's raw weights (0) and every other setting's EMA (0.9)
+    assert preset("cpu").ema_decay == 0.0 and preset("cpu", setting="compose").ema_decay == 0.0
+    assert preset("cpu", setting="quality").ema_decay == 0.9 and preset("gpu", setting="compose").ema_decay == 0.9
+    assert preset("cpu", setting="compose", ema_decay=0.5).ema_decay == 0.5
+    assert preset("cpu", setting="compose", rewards=("color",)).ema_decay == 0.9
+    assert preset("cpu", setting="compose", kl_beta=2.0).ema_decay == 0.0  # one explicit field keeps the others
+    args = build_parser().parse_args(["train", "--preset", "cpu", "--out", "x", "--setting", "compose"])
+    assert config_from_args(args).ema_decay == 0.0
 
 
 def test_cli_bad_input(tmp_path, capsys):
@@ -66,7 +75,7 @@ def test_cli_profile_writes_json_and_figure_and_prints_the_same_object(tmp_path,
     printed = json.loads(capsys.readouterr().out)
     written = json.loads((out / "profile.json").read_text())
     assert printed == written
-    assert written["reward_names"] == ["digit", "color", "position", "size"] and len(written["sigmas"]) == 4
+    assert written["reward_names"] == ["digit", "color", "position_flat", "size_half_max"] and len(written["sigmas"]) == 4
     for key in ("D", "D_lo", "D_hi"):
         assert len(written[key]) == 4 and len(written[key][0]) == 4
     W = written["W"]

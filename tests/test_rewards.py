@@ -38,8 +38,8 @@ def _other(values, v):
 
 
 def test_registry_names_settings_and_unknown():
-    assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | {"placebo", "position_flat"}
-    assert rewards.SETTINGS["compose"] == ("digit", "color", "position", "size")
+    assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | {"placebo", "position", "size"}
+    assert rewards.SETTINGS["compose"] == ("digit", "color", "position_flat", "size_half_max")
     assert rewards.SETTINGS["quality"] == ("sharpness", "clean", "contrast", "realism")
     assert rewards.SETTINGS["timing"] == ("color", "sharpness")
     with pytest.raises(ValueError, match="valid: digit"):
@@ -169,6 +169,38 @@ def test_size_reward_is_a_saturating_soft_verdict():
     assert torch.allclose(ink_side(squares), torch.arange(4, 22, 2).float(), atol=0.01)
     large = size_reward(squares, ["a large red 1 at the top left"] * 9)
     assert (large.diff() > 0).all() and large[-1] > 0.99 and large[0] < 0.01
+
+
+def test_size_half_max_reads_the_half_maximum_extent_which_blur_leaves_in_place():
+    from recast.digits.rewards.degrade import gaussian_blur
+    from recast.digits.rewards.digit import _size_threshold, ink_side, size_half_max_reward, size_reward
+
+    gen = torch.Generator().manual_seed(4)
+    specs = [data.PromptSpec(d, "green", "bottom right", s) for s in data.SIZES for d in data.DIGITS for _ in range(4)]
+    images, texts = data.render(specs, generator=gen), [s.text for s in specs]
+    right = size_half_max_reward(images, texts)
+    wrong = size_half_max_reward(images, [data.PromptSpec(s.digit, s.color, s.position, _other(data.SIZES, s.size))
+                                          .text for s in specs])
+    assert right.median() > 0.95 and wrong.median() < 0.05
+    assert 8 < _size_threshold(True) < 12
+    # brightness-free: a crisp k x k square at any height h has half-maximum side exactly k
+    squares = torch.zeros(6, 3, data.CANVAS, data.CANVAS)
+    for i, (k, h) in enumerate([(6, 1.0), (6, 0.25), (10, 1.0), (10, 0.25), (14, 1.0), (14, 0.25)]):
+        squares[i, 0, 2:2 + k, 2:2 + k] = h
+    torch.testing.assert_close(ink_side(squares, relative=True), torch.tensor([6., 6, 10, 10, 14, 14]), atol=0.01,
+                               rtol=0)
+    assert (ink_side(squares)[1::2] < 0.4 * torch.tensor([6., 10, 14])).all()  # the absolute count sees it dim
+    # a symmetric blur keeps a step edge's half-maximum crossing in place: the blurred square keeps its side k,
+    # while the absolute level's crossing moves out (about +1 px at sigma 1)
+    crisp = squares[0::2]
+    for sigma in (0.5, 0.75, 1.0):
+        blurred = gaussian_blur(crisp, sigma)
+        torch.testing.assert_close(ink_side(blurred, relative=True), torch.tensor([6., 10, 14]), atol=0.02, rtol=0)
+        assert (ink_side(blurred) - torch.tensor([6., 10, 14]) > 0.15).all()
+    # on real canvases, where both rewards saturate, blur moves neither by more than a few hundredths
+    real_blurred = gaussian_blur(images, 0.75)
+    assert (size_half_max_reward(real_blurred, texts) - right).abs().mean() < 0.05
+    assert (size_reward(real_blurred, texts) - size_reward(images, texts)).abs().mean() < 0.05
 
 
 def test_sharpness_is_the_relative_edge_slope_with_a_closed_form_on_squares():

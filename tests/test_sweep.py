@@ -23,8 +23,8 @@ def test_budget_grid_is_uniform_plus_one_emphasis_per_reward():
 
 
 def test_lambda_grid_reads_the_world_settings():
-    assert list(lambda_grid("tiny", "compose")) == ["uniform", "digit-heavy", "color-heavy", "position-heavy",
-                                                    "size-heavy"]
+    assert list(lambda_grid("tiny", "compose")) == ["uniform", "digit-heavy", "color-heavy", "position_flat-heavy",
+                                                    "size_half_max-heavy"]
     with pytest.raises(ValueError, match="unknown setting 'nope'"):
         lambda_grid("tiny", "nope")
 

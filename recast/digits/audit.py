@@ -79,7 +79,7 @@ def audit_world(world, *, n: int = 256, split: str = "test", num_steps: int = 10
     images, prompts = sample_world(world, n=n, split=split, num_steps=num_steps, shift=shift, seed=seed)
     judges = {k: v for k, v in judge_report(images, prompts).as_dict().items() if k != "n"}
     judges.update({f"defect_{k}": v for k, v in defect_report(images).as_dict().items() if k != "n"})
-    # every setting's rewards, then the candidates that have a matching judge (position_flat)
+    # every setting's rewards, then the candidates that have a matching judge (position_flat, size_half_max)
     names = list(dict.fromkeys([*(name for setting in R.SETTINGS.values() for name in setting), *MATCHING_VERDICT]))
     scores = {name: R.get(name)("cpu")(images, prompts) for name in names}
     agreement = {k: a.auc for k, a in reward_judge_agreement(images, prompts, scores).items()}

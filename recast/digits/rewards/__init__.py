@@ -19,7 +19,8 @@ RewardFn = Callable[[torch.Tensor, list[str]], torch.Tensor]
 Factory = Callable[..., RewardFn]
 
 SETTINGS: dict[str, tuple[str, ...]] = {
-    "compose": ("digit", "color", "position", "size"),
+    # position_flat and size_half_max replace position and size, which paid for blur (README "Each reward alone")
+    "compose": ("digit", "color", "position_flat", "size_half_max"),
     "quality": ("sharpness", "clean", "contrast", "realism"),
     # positive control for the timing of credit: on the committed base model the ground truth puts colour's gains
     # earliest (centre of mass at grid column 1.85 of 0..5) and sharpness's latest (3.18). Until clean's ink gate
@@ -99,8 +100,9 @@ _REGISTRY: dict[str, Factory] = {
     "clean": _rule(_rules.clean_reward),
     "contrast": _rule(_rules.contrast_reward),
     "realism": _realism_factory,
-    # a candidate redesign of position with a flat top (in no setting yet; README "Each reward alone")
+    # compose's position and size since the blur round: position with a flat top, size on the half-maximum extent
     "position_flat": _rule(_rules.position_flat_reward),
+    "size_half_max": _rule(_rules.size_half_max_reward),
     # no signal, in no setting: the null of training for the single-reward runs (`recast.alone`)
     "placebo": _rule(_rules.placebo_reward),
 }

@@ -1,5 +1,6 @@
 """The digit world's eight rewards: four compose (GenEval-like) and four quality (aesthetic-like); also a candidate
-redesign of position with a flat top (``position_flat``) and a placebo without signal, in no setting.
+redesign of position with a flat top (``position_flat``), a candidate size reward on the half-maximum extent
+(``size_half_max``) and a placebo without signal, in no setting.
 
 Every reward is a vectorised function ``(images (B, 3, H, W) in [0, 1], prompts: list[str]) -> Tensor[B]``, float32
 in ``[0, 1]``, higher is better. The glyph intensity ``I = max_c images`` (``data.ink_intensity``) is the ink map: the
@@ -27,6 +28,7 @@ POSITION_DEAD_ZONE_QUANTILE: float = 0.99  # position_flat scores 1 within this 
 SIZE_WIDTH: float = 0.06  # width of the size reward's soft threshold in log-side units (log(12 / 8) = 0.41)
 SIZE_INK_LEVEL: float = 0.3  # intensity at which a pixel counts half as ink for the size reward's soft box
 SIZE_INK_TEMP: float = 0.1  # softness of that count (a sigmoid's temperature in intensity units)
+SIZE_HALF_MAX_LEVEL: float = 0.5  # size_half_max's level, as a share of the canvas' own peak intensity
 SHARPNESS_SLOPE: float = 0.35  # relative edge slope at which sharpness = 1 - 1/e (real canvases: ~0.46, blurred: ~0.16)
 SHARPNESS_INK_MASS: float = 2.0  # ink mass (sum of intensity above the background) at which sharpness' gate is 1 - 1/e
 CLEAN_SCALE: float = 0.08  # mean stray intensity per pixel (above the background) that costs clean a factor 1/e
@@ -120,23 +122,36 @@ def position_flat_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tens
     return torch.exp(-(d - position_dead_zone()).clamp_min(0) ** 2 / (2 * POSITION_WIDTH ** 2)).float()
 
 
-def ink_side(images: torch.Tensor) -> torch.Tensor:
+def ink_side(images: torch.Tensor, relative: bool = False) -> torch.Tensor:
     """Soft side of the ink's bounding box ``(B,)`` in pixels: the larger of the soft counts of rows and of columns
     that hold ink, with a pixel's "is ink" softened to ``sigmoid((I - 0.3) / SIZE_INK_TEMP)`` (rescaled to be 0 at
     I = 0 and 1 at I = 1) and a row's to the maximum over the row. Smooth in the image, and equal to the box side on
-    a crisp canvas without gaps."""
-    lo, hi = (torch.sigmoid(torch.tensor((v - SIZE_INK_LEVEL) / SIZE_INK_TEMP)).item() for v in (0.0, 1.0))
-    soft = (torch.sigmoid((data.ink_intensity(images) - SIZE_INK_LEVEL) / SIZE_INK_TEMP) - lo) / (hi - lo)
+    a crisp canvas without gaps. With ``relative``, ``I`` is first divided by the canvas' own peak and the level is
+    one half (`SIZE_HALF_MAX_LEVEL`): the half-maximum extent, which a symmetric blur of a step edge leaves in place
+    (a thin stroke's own peak still falls under blur)."""
+    I, level = data.ink_intensity(images), SIZE_INK_LEVEL
+    if relative:
+        I, level = I / I.flatten(1).amax(1).clamp_min(_EPS)[:, None, None], SIZE_HALF_MAX_LEVEL
+    lo, hi = (torch.sigmoid(torch.tensor((v - level) / SIZE_INK_TEMP)).item() for v in (0.0, 1.0))
+    soft = (torch.sigmoid((I - level) / SIZE_INK_TEMP) - lo) / (hi - lo)
     return torch.maximum(soft.amax(2).sum(1), soft.amax(1).sum(1))
 
 
-@functools.lru_cache(maxsize=1)
-def _size_threshold() -> float:
+@functools.lru_cache(maxsize=2)
+def _size_threshold(relative: bool = False) -> float:
     """Geometric mean of the median `ink_side` of real small and large canvases (base glyphs, seed 0)."""
     gen = torch.Generator().manual_seed(0)
     specs = [data.PromptSpec(d, "red", "top left", size) for size in data.SIZES for d in data.DIGITS for _ in range(24)]
-    side = ink_side(data.render(specs, generator=gen)).reshape(len(data.SIZES), -1).median(1).values
+    side = ink_side(data.render(specs, generator=gen), relative).reshape(len(data.SIZES), -1).median(1).values
     return float(side.log().mean().exp())
+
+
+def _size_verdict(images: torch.Tensor, prompts: list[str], relative: bool) -> torch.Tensor:
+    specs = _specs(prompts, images.shape[0])
+    sign = torch.tensor([1.0 if s.size == "large" else -1.0 for s in specs], dtype=images.dtype,
+                        device=images.device)
+    log_ratio = torch.log(ink_side(images, relative).clamp_min(_EPS)) - math.log(_size_threshold(relative))
+    return torch.sigmoid(sign * log_ratio / SIZE_WIDTH).float()
 
 
 def size_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
@@ -144,11 +159,15 @@ def size_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     ``t`` midway (geometric mean) between real small and large sides, ``+`` for large and ``-`` for small prompts.
     Range (0, 1); a real canvas of the prompted size scores > 0.95, of the other size < 0.05. It saturates on both
     sides, so a glyph gains nothing by growing (or shrinking) past the real sizes. Informative early to mid."""
-    specs = _specs(prompts, images.shape[0])
-    sign = torch.tensor([1.0 if s.size == "large" else -1.0 for s in specs], dtype=images.dtype,
-                        device=images.device)
-    log_ratio = torch.log(ink_side(images).clamp_min(_EPS)) - math.log(_size_threshold())
-    return torch.sigmoid(sign * log_ratio / SIZE_WIDTH).float()
+    return _size_verdict(images, prompts, relative=False)
+
+
+def size_half_max_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """`size_reward` on the half-maximum extent (``ink_side(..., relative=True)``, its threshold re-derived the same
+    way). On base-model samples, blur dims a glyph's faint outer rows below the absolute level 0.3, which shrinks
+    the side `size_reward` reads and pays small prompts for blur (scripts/blur_pays_probe.py); the half-maximum
+    crossing of a blurred edge stays in place. A candidate, in no setting (README "Each reward alone")."""
+    return _size_verdict(images, prompts, relative=True)
 
 
 def above_background(images: torch.Tensor) -> torch.Tensor:
@@ -252,5 +271,5 @@ def placebo_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return torch.tensor(vals, dtype=torch.float32)
 
 
-__all__ = ["color_reward", "position_reward", "position_flat_reward", "size_reward", "sharpness_reward", "clean_reward",
-           "contrast_reward", "placebo_reward", "above_background", "ink_color", "ink_side", "stray_ink"]
+__all__ = ["color_reward", "position_reward", "position_flat_reward", "size_reward", "size_half_max_reward",
+           "sharpness_reward", "clean_reward", "contrast_reward", "placebo_reward", "above_background", "ink_color", "ink_side", "stray_ink"]
