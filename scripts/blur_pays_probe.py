@@ -8,7 +8,8 @@ is blurred at σ = 0.5, 0.75 and 1 px (`recast.digits.rewards.degrade.gaussian_b
 the mean change of the reward and the share of samples whose reward rises, beside the blur judge's rate and the size
 judge's pass rate. Size is also split by the prompted size: blur dims a glyph's outer rows below the ink threshold
 that both the size reward and the size judge use, so it shrinks the measured side. A candidate size reward that
-thresholds at half of each canvas's peak (`half_max_size_reward`) is scored beside it, with both rewards' agreement
+thresholds at half of each canvas's peak (`size_half_max`, compose's size reward since the blur round) is scored
+beside it, with both rewards' agreement
 AUC with the size judge. Prints markdown.
 """
 
@@ -17,29 +18,6 @@ from __future__ import annotations
 import argparse
 
 import torch
-
-
-def half_max_size_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-    """A candidate blur-robust size reward (not the world's): `size_reward` with the ink threshold at half of each
-    canvas's own peak intensity instead of at 0.3. A symmetric blur of a step edge keeps its half-maximum crossing in
-    place, so the measured side moves much less under blur; the threshold between sizes is re-derived the same way."""
-    import math
-
-    from recast.digits import data
-    from recast.digits.rewards import digit as D
-
-    def side(x):
-        I = data.ink_intensity(x)
-        rel = I / I.flatten(1).amax(1).clamp_min(1e-6)[:, None, None]
-        lo, hi = (torch.sigmoid(torch.tensor((v - 0.5) / D.SIZE_INK_TEMP)).item() for v in (0.0, 1.0))
-        soft = (torch.sigmoid((rel - 0.5) / D.SIZE_INK_TEMP) - lo) / (hi - lo)
-        return torch.maximum(soft.amax(2).sum(1), soft.amax(1).sum(1))
-
-    gen = torch.Generator().manual_seed(0)
-    specs = [data.PromptSpec(d, "red", "top left", z) for z in data.SIZES for d in data.DIGITS for _ in range(24)]
-    t = side(data.render(specs, generator=gen)).reshape(len(data.SIZES), -1).median(1).values.log().mean().exp()
-    sign = torch.tensor([1.0 if data.parse_prompt(q).size == "large" else -1.0 for q in prompts])
-    return torch.sigmoid(sign * (torch.log(side(images).clamp_min(1e-6)) - math.log(float(t))) / D.SIZE_WIDTH)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -60,7 +38,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     images, prompts = sample_test_prompts(load_policy(a.run, "base"), a.n, seed=REEVAL_SEED_OFFSET)
     names = [n for n in R.names() if n != "placebo"]
     fns = {n: R.get(n)("cpu") for n in names}
-    fns["size_half_max"] = half_max_size_reward
     before = {n: fn(images, prompts) for n, fn in fns.items()}
     large = torch.tensor([data.parse_prompt(t).size == "large" for t in prompts])
     rows = []
@@ -78,11 +55,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         rows.append(row)
     from recast.digits.judges.agreement import reward_judge_agreement
 
-    cols = [*names[:4], "size_large", "size_small", "size_half_max", *names[4:]]
+    cols = [*names[:4], "size_large", "size_small", *names[4:]]
     auc = {k: reward_judge_agreement(images, prompts, {"size": before[k]})["size"].auc
            for k in ("size", "size_half_max")}
     print(f"agreement AUC with the size judge on these samples: size {auc['size']:.3f}, "
-          f"half-maximum candidate {auc['size_half_max']:.3f}")
+          f"size_half_max {auc['size_half_max']:.3f}")
     print(f"base samples: {a.n}; change of each reward under the blur (share of samples whose reward rises)\n")
     print("| blur σ (px) | blur judge | size judge, large prompts | size judge, small prompts | " + " | ".join(cols)
           + " |")
