@@ -52,6 +52,23 @@ def test_recast_with_one_reward_equals_uniform(tmp_path):
         assert torch.equal(a, b)
 
 
+def test_ema_decay_changes_what_is_evaluated_not_what_is_trained(tmp_path):
+    """The EMA is read by evaluation only, so ema_decay 0 trains the same weights bit for bit, its EMA is those weights,
+    and its evaluation scores them (the cpu preset evaluates compose's raw weights this way)."""
+    runs = {}
+    for decay in (0.9, 0.0):
+        tr = Trainer(preset("ci", iterations=3, ema_decay=decay, eval_every=3), tmp_path / str(decay))
+        runs[decay] = (tr, tr.run())
+    (a, ra), (b, rb) = runs[0.9], runs[0.0]
+    assert all(torch.equal(x, y) for x, y in zip(a.policy.params, b.policy.params))
+    assert all(torch.equal(x, y) for x, y in zip(a.policy.old, b.policy.old))
+    assert all(torch.equal(e, x) for e, x in zip(b.policy.ema, b.policy.params))
+    assert not all(torch.equal(e, x) for e, x in zip(a.policy.ema, a.policy.params))
+    strip = lambda recs: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in recs]  # noqa: E731
+    assert strip(ra.metrics) == strip(rb.metrics)  # training saw nothing of the EMA
+    assert ra.evals[-1] != rb.evals[-1]  # evaluation did
+
+
 def test_recast_every_estimates_D_only_when_it_re_solves_W(tmp_path):
     cfg = preset("ci", iterations=4, rewards=("color", "position"), lam=(1.0, 1.0), recast_every=2)
     tr = Trainer(cfg, tmp_path)
