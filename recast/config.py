@@ -156,11 +156,12 @@ _PRESETS = {
     # kl_beta: 1, raised per reward setting where the uniform baseline (3 seeds) fails at 1 (`_SETTING_DEFAULTS`).
     # Pass = the training rewards rise while no held-out judge falls by more than a seed-std. Compose passes at 1
     # (and at 0 with the old rewards) on the 64-sample evaluations; re-scored on 256 samples its old rewards fail on
-    # blur at every weight of {1, 3, 10} (data/results/kl_tuning_compose_reeval256.csv), hence the redesigns. Quality fails at 1 (colour judge -0.073 +- 0.018) and passes at 3, the smallest
-    # passing weight of {1, 3, 10}. One weight for both settings would be 10 (compose at 3: blur defect +0.031 +-
-    # 0.016), which learns a third as much (README "Training that improves the judges", data/results/kl_tuning_*.csv).
+    # blur at every weight of {1, 3, 10} (data/results/kl_tuning_compose_reeval256.csv), hence the redesigns.
+    # Quality fails at 1 (colour judge -0.073 +- 0.018) and passes at 3, the smallest passing weight of {1, 3, 10}.
+    # One weight for both settings would be 10 (compose at 3: blur defect +0.031 +- 0.016), which learns a third as
+    # much (README "Training that improves the judges", data/results/kl_tuning_*.csv).
     # ema_decay: 0.9, and 0 in compose, whose uniform baseline fails at 0.9 on the blur defect (+0.029 +- 0.024 at
-    # 256 samples) and passes at 0 (-0.009 +- 0.010): the EMA of the LoRA factors lags and blurs at 30 iterations
+    # 256 samples) and passes at 0 (-0.009 +- 0.010): at 30 iterations the EMA policy is blurrier than the weights
     # (scripts/compose_variants.py, scripts/ema_blur_probe.py). Quality fails on blur either way (from clean) and
     # keeps 0.9.
     # Tuned on uniform only. A reward list (`rewards=`) or another setting gets the preset's values; an explicit

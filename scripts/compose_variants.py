@@ -1,4 +1,4 @@
-"""Which compose reward set trains without blur? The uniform baseline on candidate reward sets, re-scored on 256 samples.
+"""Which compose reward set trains without blur? The uniform baseline on candidate reward sets, on 256 samples.
 
     python scripts/compose_variants.py          # about 10 min on 2 cores; trains what is missing under runs/variants/
 
@@ -44,8 +44,8 @@ def main(names: list[str], reeval: int = 256) -> list[dict]:
         for m in [k for k in rows[0] if k.startswith(("judge/", "reward/")) and f"base:{k}" in rows[0]]:
             c = change_over_seeds(rows, m)
             out.append({"variant": name, "rewards": VARIANTS[name]["rewards"],
-                        "ema_decay": VARIANTS[name].get("ema_decay", 0.9), "metric": m, "n": c["n"], "delta": c["delta"],
-                        "seed_std": c["seed_std"], "worse_by_more_than_std": c["worse"]})
+                        "ema_decay": VARIANTS[name].get("ema_decay", 0.9), "metric": m, "n": c["n"],
+                        "delta": c["delta"], "seed_std": c["seed_std"], "worse_by_more_than_std": c["worse"]})
             print(f"{name:18s} {m:24s} Δ {c['delta']:+9.3f} ± {c['seed_std']:.3f}{'  WORSE' if c['worse'] else ''}",
                   flush=True)
     write_csv(results_dir() / f"compose_variants_reeval{reeval}.csv", out)

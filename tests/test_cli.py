@@ -75,7 +75,8 @@ def test_cli_profile_writes_json_and_figure_and_prints_the_same_object(tmp_path,
     printed = json.loads(capsys.readouterr().out)
     written = json.loads((out / "profile.json").read_text())
     assert printed == written
-    assert written["reward_names"] == ["digit", "color", "position_flat", "size_half_max"] and len(written["sigmas"]) == 4
+    assert written["reward_names"] == ["digit", "color", "position_flat", "size_half_max"]
+    assert len(written["sigmas"]) == 4
     for key in ("D", "D_lo", "D_hi"):
         assert len(written[key]) == 4 and len(written[key][0]) == 4
     W = written["W"]

@@ -1,6 +1,6 @@
-"""The digit world's eight rewards: four compose (GenEval-like) and four quality (aesthetic-like); also a candidate
-redesign of position with a flat top (``position_flat``), a candidate size reward on the half-maximum extent
-(``size_half_max``) and a placebo without signal, in no setting.
+"""The digit world's rewards: four compose (GenEval-like: digit, color, position_flat, size_half_max) and four quality
+(aesthetic-like); also compose's position and size rewards from before the blur round (``position``, ``size``, which
+pay for blur) and a placebo without signal, in no setting.
 
 Every reward is a vectorised function ``(images (B, 3, H, W) in [0, 1], prompts: list[str]) -> Tensor[B]``, float32
 in ``[0, 1]``, higher is better. The glyph intensity ``I = max_c images`` (``data.ink_intensity``) is the ink map: the
@@ -113,11 +113,11 @@ def position_dead_zone() -> float:
 
 
 def position_flat_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-    """A candidate redesign of ``position`` (in no setting yet): ``exp(-max(0, d - r)^2 / (2 w^2))`` with a flat top of
-    radius ``r = position_dead_zone()``, within which 99 % of real canvases of the prompted region fall. A real canvas
-    scores 1 (``position`` takes ~0.1 off for its jitter), and the reward no longer pays for moving a glyph that is
-    already in place by a fraction of a pixel, a move a policy can only make by spreading its ink, which reads as blur
-    (``scripts/position_subpixel_probe.py``). Range [0, 1]; another quadrant scores ~0."""
+    """Compose's position reward since the blur round: ``exp(-max(0, d - r)^2 / (2 w^2))``, ``position`` with a flat
+    top of radius ``r = position_dead_zone()``, within which 99 % of real canvases of the prompted region fall. A
+    real canvas scores 1 (``position`` takes ~0.1 off for its jitter), and the reward no longer pays for moving a
+    glyph that is already in place by a fraction of a pixel, a move a policy can only make by spreading its ink,
+    which reads as blur (``scripts/position_subpixel_probe.py``). Range [0, 1]; another quadrant scores ~0."""
     d = _position_distance(images, prompts)
     return torch.exp(-(d - position_dead_zone()).clamp_min(0) ** 2 / (2 * POSITION_WIDTH ** 2)).float()
 
@@ -166,7 +166,8 @@ def size_half_max_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tens
     """`size_reward` on the half-maximum extent (``ink_side(..., relative=True)``, its threshold re-derived the same
     way). On base-model samples, blur dims a glyph's faint outer rows below the absolute level 0.3, which shrinks
     the side `size_reward` reads and pays small prompts for blur (scripts/blur_pays_probe.py); the half-maximum
-    crossing of a blurred edge stays in place. A candidate, in no setting (README "Each reward alone")."""
+    crossing of a blurred edge stays in place. Compose's size reward since the blur round (README "Each reward
+    alone")."""
     return _size_verdict(images, prompts, relative=True)
 
 
@@ -272,4 +273,5 @@ def placebo_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
 
 __all__ = ["color_reward", "position_reward", "position_flat_reward", "size_reward", "size_half_max_reward",
-           "sharpness_reward", "clean_reward", "contrast_reward", "placebo_reward", "above_background", "ink_color", "ink_side", "stray_ink"]
+           "sharpness_reward", "clean_reward", "contrast_reward", "placebo_reward", "above_background", "ink_color",
+           "ink_side", "stray_ink"]
