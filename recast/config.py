@@ -161,7 +161,8 @@ _PRESETS = {
     # One weight for both settings would be 10 (compose at 3: blur defect +0.031 +- 0.016), which learns a third as
     # much (README "Training that improves the judges", data/results/kl_tuning_*.csv).
     # ema_decay: 0.9, and 0 in compose, whose uniform baseline fails at 0.9 on the blur defect (+0.029 +- 0.024 at
-    # 256 samples) and passes at 0 (-0.009 +- 0.010): at 30 iterations the EMA policy is blurrier than the weights
+    # 256 samples) and passes at 0 (-0.009 +- 0.010; +0.010 +- 0.010 on 1,024 samples, a narrow pass): at 30
+    # iterations the EMA policy is blurrier than the weights
     # (scripts/compose_variants.py, scripts/ema_blur_probe.py). Quality fails on blur either way (from clean) and
     # keeps 0.9.
     # Tuned on uniform only. A reward list (`rewards=`) or another setting gets the preset's values; an explicit

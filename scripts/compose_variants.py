@@ -1,6 +1,7 @@
 """Which compose reward set trains without blur? The uniform baseline on candidate reward sets, on 256 samples.
 
-    python scripts/compose_variants.py          # about 10 min on 2 cores; trains what is missing under runs/variants/
+    python scripts/compose_variants.py          # about 18 min on 2 cores; trains what is missing under runs/variants/
+    python scripts/compose_variants.py --reeval 1024 old "both, ema_decay 0"     # the same runs on 1,024 samples
 
 Deliverable 4 of the digit-world issue asks the uniform baseline (cpu preset, seeds 0, 1, 2) to raise its training
 rewards while no held-out judge falls by more than a seed-std. Re-scored on 256 samples per policy
@@ -10,7 +11,7 @@ for blur). Each variant swaps in the candidate redesigns, `position_flat` and `s
 budget and ``kl_beta`` 1 unchanged (the last also evaluates the raw weights instead of their EMA), and is judged by
 the same rule: the paired change final − base over the seeds,
 flagged WORSE where a judge falls (the Fréchet distance and defect rates: rise) by more than a seed-std.
-Writes data/results/compose_variants_reeval256.csv.
+Writes data/results/compose_variants_reeval<N>.csv.
 """
 
 from __future__ import annotations
@@ -53,4 +54,8 @@ def main(names: list[str], reeval: int = 256) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    args = sys.argv[1:]
+    n = 256
+    if args[:1] == ["--reeval"]:
+        n, args = int(args[1]), args[2:]
+    main(args, reeval=n)
