@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "alone_table", "versus_control", "rule_false_alarm",
-           "reevaluate", "main"]
+__all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "changes_over_seeds", "alone_table",
+           "versus_control", "rule_false_alarm", "reevaluate", "main"]
 
 # reward -> the held-out judges that check the same property
 MATCHING_JUDGES: dict[str, tuple[str, ...]] = {
@@ -89,6 +89,13 @@ def change_over_seeds(rows: list[dict], metric: str) -> dict:
     better = -d.mean() if lower_is_better(metric) else d.mean()  # > 0: the metric improved
     return {"n": len(d), "delta": float(d.mean()), "seed_std": std, "improved": bool(better > std),
             "worse": bool(better < -std)}
+
+
+def changes_over_seeds(rows: list[dict]) -> dict[str, dict]:
+    """`change_over_seeds` of every judge and reward the rows carry with its base value (``judge/<k>`` and
+    ``reward/<r>`` beside ``base:...``), in the rows' key order: the tables of the tuning and probe scripts."""
+    metrics = [k for k in rows[0] if k.startswith(("judge/", "reward/")) and f"base:{k}" in rows[0]]
+    return {m: change_over_seeds(rows, m) for m in metrics}
 
 
 def versus_control(rows: list[dict], control: str = "placebo", *, confidence: float = 0.95) -> list[dict]:

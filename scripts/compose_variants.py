@@ -31,7 +31,7 @@ VARIANTS: dict[str, dict[str, object]] = {
 
 
 def main(names: list[str], reeval: int = 256) -> list[dict]:
-    from recast.alone import change_over_seeds, reevaluate
+    from recast.alone import changes_over_seeds, reevaluate
     from recast.io import write_csv
     from recast.sweep import plan_sweep, results_dir, run_sweep
 
@@ -42,8 +42,7 @@ def main(names: list[str], reeval: int = 256) -> list[dict]:
                           out_root=f"runs/variants/{name.replace(', ', '_').replace(' ', '')}")
         run_sweep(runs, jobs=2)
         rows = reevaluate(runs, num_prompts=reeval)
-        for m in [k for k in rows[0] if k.startswith(("judge/", "reward/")) and f"base:{k}" in rows[0]]:
-            c = change_over_seeds(rows, m)
+        for m, c in changes_over_seeds(rows).items():
             out.append({"variant": name, "rewards": VARIANTS[name]["rewards"],
                         "ema_decay": VARIANTS[name].get("ema_decay", 0.9), "metric": m, "n": c["n"],
                         "delta": c["delta"], "seed_std": c["seed_std"], "worse_by_more_than_std": c["worse"]})

@@ -28,7 +28,7 @@ RUNS: dict[str, tuple[str, str, dict]] = {
 
 
 def main(names: list[str], num_prompts: int = 256) -> list[dict]:
-    from recast.alone import change_over_seeds, reevaluate
+    from recast.alone import changes_over_seeds, reevaluate
     from recast.io import write_csv
     from recast.sweep import is_finished, plan_sweep, results_dir
 
@@ -43,8 +43,7 @@ def main(names: list[str], num_prompts: int = 256) -> list[dict]:
                                     f"{' '.join(runs[0].command)}")
         for which in ("ema", "params"):
             rows = reevaluate(runs, num_prompts=num_prompts, which=which)
-            for m in [k for k in rows[0] if k.startswith(("judge/", "reward/")) and f"base:{k}" in rows[0]]:
-                c = change_over_seeds(rows, m)
+            for m, c in changes_over_seeds(rows).items():
                 out.append({"runs": name, "policy": which, "metric": m, "n": c["n"], "delta": c["delta"],
                             "seed_std": c["seed_std"], "worse_by_more_than_std": c["worse"]})
                 print(f"{name:24s} {which:6s} {m:24s} Δ {c['delta']:+9.3f} ± {c['seed_std']:.3f}"

@@ -17,7 +17,7 @@ import numpy as np
 
 
 def main(setting: str, kls: list[str], reeval: int = 0) -> None:
-    from recast.alone import change_over_seeds, reevaluate
+    from recast.alone import changes_over_seeds, reevaluate
     from recast.io import write_csv
     from recast.sweep import plan_sweep, results_dir, run_sweep
     from recast.sweep_results import collect
@@ -28,8 +28,7 @@ def main(setting: str, kls: list[str], reeval: int = 0) -> None:
                           sets={"kl_beta": kl}, out_root=f"runs/kl/{kl}")
         run_sweep(runs, jobs=2)
         rows = reevaluate(runs, num_prompts=reeval) if reeval else collect(runs)
-        for m in [k for k in rows[0] if k.startswith(("judge/", "reward/")) and f"base:{k}" in rows[0]]:
-            c = change_over_seeds(rows, m)
+        for m, c in changes_over_seeds(rows).items():
             out.append({"setting": setting, "kl_beta": float(kl), "metric": m, "n": c["n"],
                         "base": float(np.mean([r[f"base:{m}"] for r in rows])), "delta": c["delta"],
                         "seed_std": c["seed_std"], "worse_by_more_than_std": c["worse"]})

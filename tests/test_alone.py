@@ -121,6 +121,17 @@ def test_a_pass_rates_seed_std_is_at_least_one_prompt():
     assert change_over_seeds(two, "judge/strict")["improved"]
 
 
+def test_changes_over_seeds_covers_every_metric_with_a_base_value_in_order():
+    from recast.alone import change_over_seeds, changes_over_seeds
+
+    rows = [{"seed": s, "judge/fid": 100.0 - s, "base:judge/fid": 120.0, "reward/size_half_max": 0.6 + s / 10,
+             "base:reward/size_half_max": 0.5, "judge/diversity": 3.0, "setting": "compose"} for s in range(3)]
+    table = changes_over_seeds(rows)
+    assert list(table) == ["judge/fid", "reward/size_half_max"]  # diversity has no base value, "seed" is no metric
+    assert all(table[m] == change_over_seeds(rows, m) for m in table)
+    assert table["judge/fid"]["delta"] == pytest.approx(-21.0) and table["judge/fid"]["improved"]
+
+
 def test_versus_control_is_the_paired_difference_of_changes_against_the_placebo():
     from scipy.stats import t as student_t
 
