@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-# name -> (setting, out_root, --set overrides): the runs `scripts/kl_tuning.py`, `python -m recast sweep` and
+# name -> (setting, out_root, --set overrides): the runs `scripts/kl_tuning.py`, notebook 05 (the λ-sweep) and
 # `scripts/compose_variants.py` train
 RUNS: dict[str, tuple[str, str, dict]] = {
     "compose": ("compose", "runs/kl/1", {"kl_beta": 1.0}),
