@@ -2,6 +2,7 @@
 
     python scripts/compose_variants.py          # about 18 min on 2 cores; trains what is missing under runs/variants/
     python scripts/compose_variants.py --reeval 1024 old "both, ema_decay 0"     # the same runs on 1,024 samples
+    python scripts/compose_variants.py --setting quality                          # quality's clean vs clean_mass
 
 Deliverable 4 of the digit-world issue asks the uniform baseline (cpu preset, seeds 0, 1, 2) to raise its training
 rewards while no held-out judge falls by more than a seed-std. Re-scored on 256 samples per policy
@@ -12,13 +13,19 @@ budget and ``kl_beta`` 1 unchanged (the last also evaluates the raw weights inst
 the same rule: the paired change final − base over the seeds,
 flagged WORSE where a judge falls (the Fréchet distance and defect rates: rise) by more than a seed-std.
 Writes data/results/compose_variants_reeval<N>.csv.
+
+``--setting quality`` does the same for the quality setting (``kl_beta`` 3, its tuned weight), where the blur comes
+from ``clean`` in the single-reward runs: its variants swap in ``clean_mass``, whose speck count a blur cannot
+lower, and leave each reward out in turn. Writes
+data/results/quality_variants_reeval<N>.csv.
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
-# name -> the `--set` overrides of its runs (every run also gets kl_beta=1, compose's tuned weight)
+# name -> the `--set` overrides of its runs (every run also gets the setting's tuned kl_beta, KL_BETA)
 VARIANTS: dict[str, dict[str, object]] = {
     "old": {"rewards": "digit,color,position,size"},
     "position_flat": {"rewards": "digit,color,position_flat,size"},
@@ -28,33 +35,57 @@ VARIANTS: dict[str, dict[str, object]] = {
     # (scripts/ema_blur_probe.py), and the training itself is unchanged
     "both, ema_decay 0": {"rewards": "digit,color,position_flat,size_half_max", "ema_decay": 0.0},
 }
+QUALITY_VARIANTS: dict[str, dict[str, object]] = {
+    "clean": {"rewards": "sharpness,clean,contrast,realism"},
+    "clean_mass": {"rewards": "sharpness,clean_mass,contrast,realism"},
+    "clean_mass, ema_decay 0": {"rewards": "sharpness,clean_mass,contrast,realism", "ema_decay": 0.0},
+    # leave one reward out: which of the four does the blur come from in combination?
+    "without sharpness": {"rewards": "clean,contrast,realism"},
+    "without clean": {"rewards": "sharpness,contrast,realism"},
+    "without contrast": {"rewards": "sharpness,clean,realism"},
+    "without realism": {"rewards": "sharpness,clean,contrast"},
+}
+KL_BETA: dict[str, float] = {"compose": 1, "quality": 3}
 
 
-def main(names: list[str], reeval: int = 256) -> list[dict]:
+def main(names: list[str], reeval: int = 256, setting: str = "compose") -> list[dict]:
     from recast.alone import changes_over_seeds, reevaluate
     from recast.io import write_csv
     from recast.sweep import plan_sweep, results_dir, run_sweep
 
+    variants = {"compose": VARIANTS, "quality": QUALITY_VARIANTS}[setting]
     out = []
-    for name in names or list(VARIANTS):
-        runs = plan_sweep(settings=("compose",), budgets=("uniform",), methods=("uniform",), seeds=(0, 1, 2),
-                          sets={"kl_beta": 1, **VARIANTS[name]},
-                          out_root=f"runs/variants/{name.replace(', ', '_').replace(' ', '')}")
-        run_sweep(runs, jobs=2)
+    for name in names or list(variants):
+        root = f"runs/variants/{name.replace(', ', '_').replace(' ', '')}"
+        runs = plan_sweep(settings=(setting,), budgets=("uniform",), methods=("uniform",), seeds=(0, 1, 2),
+                          sets={"kl_beta": KL_BETA[setting], **variants[name]},
+                          out_root=root if setting == "compose" else f"{root}_quality")
+        k = len(variants[name]["rewards"].split(","))
+        if k != len(runs[0].lam):  # a reward left out: the uniform budget over the rest
+            lam = (1.0 / k,) * k
+            runs = [replace(r, lam=lam, args=[*r.args[:r.args.index("--lam") + 1], ",".join(f"{x:g}" for x in lam),
+                                              *r.args[r.args.index("--lam") + 2:]]) for r in runs]
+        report = run_sweep(runs, jobs=2)
+        if report.failed:
+            raise RuntimeError(f"{len(report.failed)} runs failed: {report.failed}")
         rows = reevaluate(runs, num_prompts=reeval)
         for m, c in changes_over_seeds(rows).items():
-            out.append({"variant": name, "rewards": VARIANTS[name]["rewards"],
-                        "ema_decay": VARIANTS[name].get("ema_decay", 0.9), "metric": m, "n": c["n"],
+            out.append({"variant": name, "rewards": variants[name]["rewards"],
+                        "ema_decay": variants[name].get("ema_decay", 0.9), "metric": m, "n": c["n"],
                         "delta": c["delta"], "seed_std": c["seed_std"], "worse_by_more_than_std": c["worse"]})
             print(f"{name:18s} {m:24s} Δ {c['delta']:+9.3f} ± {c['seed_std']:.3f}{'  WORSE' if c['worse'] else ''}",
                   flush=True)
-    write_csv(results_dir() / f"compose_variants_reeval{reeval}.csv", out)
+    write_csv(results_dir() / f"{setting}_variants_reeval{reeval}.csv", out)
     return out
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    n = 256
-    if args[:1] == ["--reeval"]:
-        n, args = int(args[1]), args[2:]
-    main(args, reeval=n)
+    n, setting = 256, "compose"
+    while args[:1] in (["--reeval"], ["--setting"]):
+        if args[0] == "--reeval":
+            n = int(args[1])
+        else:
+            setting = args[1]
+        args = args[2:]
+    main(args, reeval=n, setting=setting)

@@ -38,7 +38,8 @@ def _other(values, v):
 
 
 def test_registry_names_settings_and_unknown():
-    assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | {"placebo", "position", "size"}
+    in_no_setting = {"placebo", "position", "size", "clean_mass"}
+    assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | in_no_setting
     assert rewards.SETTINGS["compose"] == ("digit", "color", "position_flat", "size_half_max")
     assert rewards.SETTINGS["quality"] == ("sharpness", "clean", "contrast", "realism")
     assert rewards.SETTINGS["timing"] == ("color", "sharpness")
@@ -126,7 +127,8 @@ def test_compose_rewards_respond_to_their_attribute(batch, fns):
 
 
 @pytest.mark.parametrize("name,kind", [("sharpness", "blur"), ("clean", "speckle"), ("clean", "noise"),
-                                       ("contrast", "fade"), ("contrast", "bleed"), ("color", "bleed")])
+                                       ("clean_mass", "speckle"), ("clean_mass", "noise"), ("contrast", "fade"),
+                                       ("contrast", "bleed"), ("color", "bleed")])
 def test_quality_rewards_drop_under_degradation(batch, fns, name, kind):
     images, prompts, gen = batch
     _lower(fns[name], images, degrade(images, kind, 1.0, gen), prompts)
@@ -140,7 +142,7 @@ def test_realism_drops_under_every_degradation(batch, fns, kind):
 
 def test_rewards_are_monotone_in_degradation_strength(batch, fns):
     images, prompts, gen = batch
-    for name, kind in [("sharpness", "blur"), ("clean", "noise"), ("contrast", "fade")]:
+    for name, kind in [("sharpness", "blur"), ("clean", "noise"), ("clean_mass", "noise"), ("contrast", "fade")]:
         means = [fns[name](degrade(images, kind, s, gen), prompts).mean() for s in (0.0, 0.5, 1.0)]
         assert means[0] >= means[1] >= means[2], (name, means)
 
@@ -251,12 +253,13 @@ def test_sharpness_does_not_pay_more_for_erasing_the_glyph_than_for_sharpening_i
     torch.testing.assert_close(sharp(0.6 * images, prompts), real, atol=0.02, rtol=0)
 
 
-def test_clean_does_not_pay_for_erasing_the_glyph(batch, fns):
+@pytest.mark.parametrize("name", ["clean", "clean_mass"])
+def test_clean_does_not_pay_for_erasing_the_glyph(batch, fns, name):
     """Absence of stray ink must not be bought by removing the glyph: an empty canvas (background only) scores below
     the real glyph it replaces. Without the ink gate it beat 40 % of them (0.938 against a median of 0.941), and clean
     alone at kl_beta 3 erased the glyphs in one seed (Fréchet distance 1340 -> 4929)."""
     images, prompts, _ = batch
-    clean = fns["clean"]
+    clean = fns[name]
     real = clean(images, prompts)
     background = images.flatten(2).median(2).values[:, :, None, None].expand_as(images)  # the glyph erased
     assert (clean(background.contiguous(), prompts) < 0.01).all()
@@ -264,6 +267,59 @@ def test_clean_does_not_pay_for_erasing_the_glyph(batch, fns):
         assert (clean(_brightest(images, k), prompts) < real).all(), k
     # the gate costs a real glyph under 2.5 % of its score
     specks, mean = R_digit.stray_ink(images)
+    if name == "clean_mass":
+        specks = 0.5 * (specks + R_digit.speck_mass(images))
     ungated = torch.exp(-specks / R_digit.CLEAN_SPECK_COUNT - mean / R_digit.CLEAN_SCALE)
     assert ((real / ungated) > 0.975).all()
     assert (real <= ungated).all()
+
+
+def _specks_on_black(positions, amplitude=1.0, size=32):
+    """Black canvases ``(len(positions), 3, size, size)`` with one white-ish pixel of ``amplitude`` per (row, col) in
+    each canvas's list of positions."""
+    x = torch.zeros(len(positions), 3, size, size)
+    for b, where in enumerate(positions):
+        for r, c in where:
+            x[b, :, r, c] = amplitude
+    return x
+
+
+def test_speck_mass_counts_isolated_specks_and_keeps_them_under_blur():
+    """An isolated speck lies in nine 3x3 windows, so the mass count is 1 per speck (for any amplitude well above the
+    level); after a blur of 0.75 px it still counts 0.69 of the speck (the windows around it keep 59-94 % of its
+    mass), while the per-pixel count of `stray_ink` loses it (the peak drops to 0.28 of the amplitude, below the 0.4
+    level); a speck below the level does not count."""
+    from recast.digits.rewards.degrade import gaussian_blur
+
+    canvases = _specks_on_black([[(5, 5)], [(5, 5), (5, 20), (20, 20)], []])
+    torch.testing.assert_close(R_digit.speck_mass(canvases), torch.tensor([1.0, 3.0, 0.0]), atol=0.02, rtol=0)
+    torch.testing.assert_close(R_digit.speck_mass(0.3 * canvases), torch.zeros(3), atol=0.02, rtol=0)
+    blurred = gaussian_blur(canvases, 0.75)
+    kept = R_digit.speck_mass(blurred) / torch.tensor([1.0, 3.0, 1.0])
+    assert (kept[:2] > 0.6).all() and kept[2] < 0.01, kept
+    assert R_digit.stray_ink(blurred)[0][1] < 1.0  # the per-pixel count of the three specks after the same blur
+
+
+def test_clean_mass_forgets_fewer_of_the_specks_that_blur_hides_from_clean(batch, fns):
+    """Blurring a speckled canvas at 0.75 px raises `clean` (its per-pixel count forgets the blurred specks), which is
+    the gradient towards blur that a policy trained on clean follows. `clean_mass` averages that count with the mass
+    count, which keeps about 0.69 of each speck, so its count falls by about two thirds as much (0.5 + 0.5 * 0.31)
+    and its reward gains less; on a speck-free real canvas neither pays for the blur."""
+    from recast.digits.rewards.degrade import gaussian_blur
+
+    images, prompts, _ = batch
+    speckled = images.clone()
+    for b, p in enumerate(prompts):  # one white speck at the centre of each quadrant the glyph is not in
+        for name, (y0, x0, y1, x1) in data.POSITIONS.items():
+            if name != data.parse_prompt(p).position:
+                speckled[b, :, (y0 + y1) // 2, (x0 + x1) // 2] = 1.0
+    blurred = gaussian_blur(speckled, 0.75)
+    per_pixel = [R_digit.stray_ink(x)[0] for x in (speckled, blurred)]
+    mass = [0.5 * (p + R_digit.speck_mass(x)) for p, x in zip(per_pixel, (speckled, blurred))]
+    assert (per_pixel[0] - per_pixel[1]).mean() > 2.5  # clean forgets nearly all three specks
+    assert ((mass[0] - mass[1]) < 0.75 * (per_pixel[0] - per_pixel[1])).all()
+    gain = {n: fns[n](blurred, prompts) - fns[n](speckled, prompts) for n in ("clean", "clean_mass")}
+    assert gain["clean"].mean() > 0.3
+    assert (gain["clean_mass"] < gain["clean"]).all()
+    for n in ("clean", "clean_mass"):
+        assert (fns[n](gaussian_blur(images, 0.75), prompts) <= fns[n](images, prompts) + 0.02).float().mean() >= 0.9

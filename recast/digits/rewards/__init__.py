@@ -103,6 +103,8 @@ _REGISTRY: dict[str, Factory] = {
     # compose's position and size since the blur round: position with a flat top, size on the half-maximum extent
     "position_flat": _rule(_rules.position_flat_reward),
     "size_half_max": _rule(_rules.size_half_max_reward),
+    # clean with a speck count that blur cannot lower (README "Each reward alone")
+    "clean_mass": _rule(_rules.clean_mass_reward),
     # no signal, in no setting: the null of training for the single-reward runs (`recast.alone`)
     "placebo": _rule(_rules.placebo_reward),
 }

@@ -35,6 +35,8 @@ CLEAN_SCALE: float = 0.08  # mean stray intensity per pixel (above the backgroun
 CLEAN_SPECK_LEVEL: float = 0.4  # a stray pixel this far above the background counts half as a bright speck
 CLEAN_SPECK_COUNT: float = 3.0  # bright stray pixels that cost clean a factor 1/e
 CLEAN_INK_MASS: float = 4.0  # ink mass at which clean's gate is 1 - 1/e; real glyphs (1st percentile 16) keep >= 98 %
+CLEAN_SPECK_MASS: float = 0.6  # clean_mass: a 3x3 window off the glyph holding this much ink counts half as a speck
+CLEAN_MASS_GAP: int = 3  # clean_mass: the window count ignores ink within this many pixels of the stroke cores
 GLYPH_HALF_WINDOW: float = 8.0  # half side in pixels of the box around the ink centroid that may hold ink
 INK_FLOOR: float = 0.15  # intensity below which a pixel does not count for centroid and extent
 _EPS = 1e-6
@@ -241,6 +243,38 @@ def clean_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return (torch.exp(-specks / CLEAN_SPECK_COUNT - mean / CLEAN_SCALE) * gate).float()
 
 
+def speck_mass(images: torch.Tensor, level: float = CLEAN_SPECK_MASS, gap: int = CLEAN_MASS_GAP) -> torch.Tensor:
+    """Soft count ``(B,)`` of specks by their ink mass rather than their peak: the ink above the background
+    (`above_background`) off the stroke cores dilated by ``gap`` px (default ``CLEAN_MASS_GAP``) is summed over every
+    3x3 window, each window holding at least ``level`` (default ``CLEAN_SPECK_MASS``) counts (softly), and the sum is
+    divided by 9 (an isolated speck lies in nine windows). A Gaussian blur of 0.5 px keeps more than 99 % of a
+    one-pixel speck's mass inside its 3x3 window, so this count keeps a blurred speck where the per-pixel count of
+    `stray_ink` loses it once its peak falls below that count's level (after 0.75 px: 0.69 of the speck against
+    0.2 of it)."""
+    J = above_background(images)[:, None]
+    core = torch.sigmoid((F.avg_pool2d(J, 3, 1, 1, count_include_pad=False) - 0.3) / 0.05)
+    mask = F.max_pool2d(core, 2 * gap + 1, 1, gap)
+    window = F.avg_pool2d(J * (1 - mask), 3, 1, 1) * 9  # zero padding: the ink mass of each 3x3 window
+    return torch.sigmoid((window - level) / 0.05).sum((1, 2, 3)) / 9
+
+
+def clean_mass_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """``clean`` with a speck count that blur cannot lower: ``exp(-specks / n - mean / s) * gate`` as in `clean_reward`,
+    with ``specks`` the mean of the per-pixel count of `stray_ink` (bright pixels off the glyph, what the speckle judge
+    also reads) and the mass count of `speck_mass` (3x3 windows of stray ink, which a blur keeps).
+
+    ``clean`` pays for blur: a Gaussian blur of σ 0.5 px raises it on about 60 % of base samples, because a blurred
+    speck's peak falls below the per-pixel level, and a policy trained on clean alone blurs (README "Each reward
+    alone"). The mass count alone does not pay for blur, but ranks the speckle judge's verdicts apart with AUC 0.79
+    on the audit samples, where ``clean`` reaches 0.87; the mean of the two keeps the agreement above 0.8 and halves
+    what a blur earns on the audit samples (`scripts/clean_blur_probe.py`)."""
+    _specs(prompts, images.shape[0])
+    specks, mean = stray_ink(images)
+    specks = 0.5 * (specks + speck_mass(images))
+    gate = _ink_gate(above_background(images), CLEAN_INK_MASS)
+    return (torch.exp(-specks / CLEAN_SPECK_COUNT - mean / CLEAN_SCALE) * gate).float()
+
+
 def contrast_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """``level * saturation * (1 - background)``: the I^2-weighted mean ink level, the I^2-weighted mean HSV
     saturation ``(max - min) / max``, and the mean intensity of the darker half of the pixels. Range [0, 1]; a grey
@@ -273,5 +307,5 @@ def placebo_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
 
 __all__ = ["color_reward", "position_reward", "position_flat_reward", "size_reward", "size_half_max_reward",
-           "sharpness_reward", "clean_reward", "contrast_reward", "placebo_reward", "above_background", "ink_color",
-           "ink_side", "stray_ink"]
+           "sharpness_reward", "clean_reward", "clean_mass_reward", "contrast_reward", "placebo_reward",
+           "above_background", "ink_color", "ink_side", "speck_mass", "stray_ink"]
