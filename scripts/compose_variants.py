@@ -14,9 +14,9 @@ the same rule: the paired change final − base over the seeds,
 flagged WORSE where a judge falls (the Fréchet distance and defect rates: rise) by more than a seed-std.
 Writes data/results/compose_variants_reeval<N>.csv.
 
-``--setting quality`` does the same for the quality setting (``kl_beta`` 3, its tuned weight), where the blur comes
-from ``clean`` in the single-reward runs: its variants swap in ``clean_mass``, whose speck count a blur cannot
-lower, and leave each reward out in turn. Writes
+``--setting quality`` does the same for the quality setting at ``kl_beta`` 3 (its tuned weight then; 2 since the
+1,024-sample re-tuning, `kl_tuning.py --reeval`), where the single-reward runs trace the blur to ``clean``: its
+variants swap in ``clean_mass``, whose speck count a blur cannot lower, and leave each reward out in turn. Writes
 data/results/quality_variants_reeval<N>.csv.
 """
 

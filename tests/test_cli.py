@@ -26,19 +26,19 @@ def test_cli_overrides():
 
 
 def test_kl_beta_and_ema_decay_follow_the_setting_unless_given():
-    """cpu and gpu take kl_beta 3 in quality and 1 elsewhere, cpu ema_decay 0 in compose; an explicit field or a
+    """cpu and gpu take kl_beta 2 in quality and 1 elsewhere, cpu ema_decay 0 in compose; an explicit field or a
     reward list keeps control."""
     from recast.config import preset
 
     assert preset("cpu").kl_beta == 1.0 and preset("cpu", setting="compose").kl_beta == 1.0
-    assert preset("cpu", setting="quality").kl_beta == 3.0 and preset("gpu", setting="quality").kl_beta == 3.0
+    assert preset("cpu", setting="quality").kl_beta == 2.0 and preset("gpu", setting="quality").kl_beta == 2.0
     assert preset("cpu", setting="timing").kl_beta == 1.0
     assert preset("cpu", setting="quality", kl_beta=0.5).kl_beta == 0.5
     assert preset("cpu", setting="quality", rewards=("sharpness",)).kl_beta == 1.0
     assert preset("ci", setting="quality").kl_beta == 0.0 and preset("sd35", setting="quality").kl_beta == 0.0
-    for preset_args in (["--setting", "quality"], ["--setting", "quality", "--set", "kl_beta=2"]):
+    for preset_args in (["--setting", "quality"], ["--setting", "quality", "--set", "kl_beta=5"]):
         args = build_parser().parse_args(["train", "--preset", "cpu", "--out", "x", *preset_args])
-        assert config_from_args(args).kl_beta == (2.0 if "--set" in preset_args else 3.0)
+        assert config_from_args(args).kl_beta == (5.0 if "--set" in preset_args else 2.0)
     # ema_decay the same way: cpu evaluates compose's raw weights (0) and every other setting's EMA (0.9)
     assert preset("cpu").ema_decay == 0.0 and preset("cpu", setting="compose").ema_decay == 0.0
     assert preset("cpu", setting="quality").ema_decay == 0.9 and preset("gpu", setting="compose").ema_decay == 0.9
