@@ -43,12 +43,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                "training sampler (6 steps)": sample_test_prompts(load_policy(a.run, "base"), 256,
                                                                  seed=REEVAL_SEED_OFFSET)}
 
-    def reward(count):
-        def fn(x):
-            _, mean = D.stray_ink(x)
-            gate = D._ink_gate(D.above_background(x), D.CLEAN_INK_MASS)
-            return torch.exp(-count(x) / D.CLEAN_SPECK_COUNT - mean / D.CLEAN_SCALE) * gate
-        return fn
+    def reward(count):  # clean's score with the speck count swapped
+        return lambda x: D._clean_score(x, count(x), D.stray_ink(x)[1])
 
     def pixel(x):
         return D.stray_ink(x)[0]

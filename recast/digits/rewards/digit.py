@@ -213,8 +213,7 @@ def stray_ink(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     ink spread over the canvas). ``specks`` is the soft count of pixels off the dilated strokes at least
     ``CLEAN_SPECK_LEVEL`` above the background (isolated speckles)."""
     J = above_background(images)[:, None]
-    core = torch.sigmoid((F.avg_pool2d(J, 3, 1, 1, count_include_pad=False) - 0.3) / 0.05)
-    mask = F.max_pool2d(core, 5, 1, 2)
+    mask = _glyph_mask(J, 2)
     centroid, _, _ = _moments(images)
     H, W = J.shape[-2:]
     ys = torch.arange(H, dtype=J.dtype, device=J.device)
@@ -224,6 +223,19 @@ def stray_ink(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     outside = 1 - mask * (box_y[:, None, :, None] * box_x[:, None, None, :])
     bright = torch.sigmoid((J - CLEAN_SPECK_LEVEL) / 0.05)
     return (bright * (1 - mask)).sum((1, 2, 3)), (J * outside).mean((1, 2, 3))
+
+
+def _glyph_mask(J: torch.Tensor, gap: int) -> torch.Tensor:
+    """Soft mask ``(B, 1, H, W)`` of the stroke cores (3x3 mean of ``J`` above 0.3, soft) dilated by ``gap`` px."""
+    core = torch.sigmoid((F.avg_pool2d(J, 3, 1, 1, count_include_pad=False) - 0.3) / 0.05)
+    return F.max_pool2d(core, 2 * gap + 1, 1, gap)
+
+
+def _clean_score(images: torch.Tensor, specks: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+    """``exp(-specks / CLEAN_SPECK_COUNT - mean / CLEAN_SCALE)`` times the ink-mass gate: clean's score for a speck
+    count and a mean stray intensity (`clean_reward`, `clean_mass_reward`)."""
+    gate = _ink_gate(above_background(images), CLEAN_INK_MASS)
+    return (torch.exp(-specks / CLEAN_SPECK_COUNT - mean / CLEAN_SCALE) * gate).float()
 
 
 def clean_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
@@ -238,9 +250,7 @@ def clean_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     late, but the gate (is there enough ink at all) early, so on the committed base model the ground truth's centre
     of mass is 2.40 of 0..5 (2.95 without the gate)."""
     _specs(prompts, images.shape[0])
-    specks, mean = stray_ink(images)
-    gate = _ink_gate(above_background(images), CLEAN_INK_MASS)
-    return (torch.exp(-specks / CLEAN_SPECK_COUNT - mean / CLEAN_SCALE) * gate).float()
+    return _clean_score(images, *stray_ink(images))
 
 
 def speck_mass(images: torch.Tensor, level: float = CLEAN_SPECK_MASS, gap: int = CLEAN_MASS_GAP) -> torch.Tensor:
@@ -252,9 +262,7 @@ def speck_mass(images: torch.Tensor, level: float = CLEAN_SPECK_MASS, gap: int =
     `stray_ink` loses it once its peak falls below that count's level (after 0.75 px: 0.69 of the speck against
     0.2 of it)."""
     J = above_background(images)[:, None]
-    core = torch.sigmoid((F.avg_pool2d(J, 3, 1, 1, count_include_pad=False) - 0.3) / 0.05)
-    mask = F.max_pool2d(core, 2 * gap + 1, 1, gap)
-    window = F.avg_pool2d(J * (1 - mask), 3, 1, 1) * 9  # zero padding: the ink mass of each 3x3 window
+    window = F.avg_pool2d(J * (1 - _glyph_mask(J, gap)), 3, 1, 1) * 9  # zero padding: the ink mass of each 3x3 window
     return torch.sigmoid((window - level) / 0.05).sum((1, 2, 3)) / 9
 
 
@@ -272,9 +280,7 @@ def clean_mass_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     quality`), so it is in no setting."""
     _specs(prompts, images.shape[0])
     specks, mean = stray_ink(images)
-    specks = 0.5 * (specks + speck_mass(images))
-    gate = _ink_gate(above_background(images), CLEAN_INK_MASS)
-    return (torch.exp(-specks / CLEAN_SPECK_COUNT - mean / CLEAN_SCALE) * gate).float()
+    return _clean_score(images, 0.5 * (specks + speck_mass(images)), mean)
 
 
 def contrast_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
