@@ -99,7 +99,8 @@ def plan_sweep(*, world: str = "data/digit_base", settings: tuple[str, ...] = ("
         methods, seeds: every method runs every seed.
         preset: `recast.config.preset` name.
         iterations: override of the preset's iterations.
-        sets: extra `--set FIELD=VALUE` overrides shared by every run.
+        sets: extra `--set FIELD=VALUE` overrides shared by every run. A ``rewards`` entry (comma-separated names, or
+            a sequence) replaces the setting's rewards, and the budget grid is built over that list instead.
         out_root: runs go to ``out_root/<setting>/<budget>/<method>/seed_<s>``.
 
     Raises:
@@ -115,8 +116,13 @@ def plan_sweep(*, world: str = "data/digit_base", settings: tuple[str, ...] = ("
         raise ValueError(f"seeds must be distinct and non-empty, got {seeds}")
     extra = {"num_threads": 1, **(sets or {})}
     runs = []
+    rewards = extra.get("rewards")
+    if rewards is not None and not isinstance(rewards, str):
+        extra["rewards"] = rewards = ",".join(rewards)
     for setting in settings:
-        grid = lambda_grid(world, setting)
+        grid = lambda_grid(world, setting)  # also checks the setting's name
+        if rewards:
+            grid = budget_grid(rewards.split(","))
         unknown = sorted(set(budgets) - set(grid))
         if unknown:
             raise ValueError(f"unknown budgets {unknown} for setting {setting!r}; choose from {sorted(grid)}")

@@ -23,7 +23,6 @@ data/results/quality_variants_reeval<N>.csv.
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 
 # name -> the `--set` overrides of its runs (every run also gets the setting's tuned kl_beta, KL_BETA)
 VARIANTS: dict[str, dict[str, object]] = {
@@ -59,11 +58,6 @@ def main(names: list[str], reeval: int = 256, setting: str = "compose") -> list[
         runs = plan_sweep(settings=(setting,), budgets=("uniform",), methods=("uniform",), seeds=(0, 1, 2),
                           sets={"kl_beta": KL_BETA[setting], **variants[name]},
                           out_root=root if setting == "compose" else f"{root}_quality")
-        k = len(variants[name]["rewards"].split(","))
-        if k != len(runs[0].lam):  # a reward left out: the uniform budget over the rest
-            lam = (1.0 / k,) * k
-            runs = [replace(r, lam=lam, args=[*r.args[:r.args.index("--lam") + 1], ",".join(f"{x:g}" for x in lam),
-                                              *r.args[r.args.index("--lam") + 2:]]) for r in runs]
         report = run_sweep(runs, jobs=2)
         if report.failed:
             raise RuntimeError(f"{len(report.failed)} runs failed: {report.failed}")

@@ -42,6 +42,19 @@ def test_plan_covers_the_grid_with_one_command_per_run(tmp_path):
     assert r.out_dir == tmp_path / r.setting / r.budget / r.method / f"seed_{r.seed}"
 
 
+def test_a_reward_list_in_sets_gets_its_own_budget_grid(tmp_path):
+    """A reward list replaces the setting's rewards, so λ is built over it: three rewards, uniform = 1/3 each."""
+    for rewards in ("digit,color,size_half_max", ("digit", "color", "size_half_max")):
+        runs = plan_sweep(world="tiny", settings=("compose",), methods=("uniform",), seeds=(0,), preset="ci",
+                          sets={"rewards": rewards}, out_root=tmp_path)
+        assert [r.budget for r in runs] == ["uniform", "digit-heavy", "color-heavy", "size_half_max-heavy"]
+        args = list(runs[0].args)
+        assert runs[0].lam == pytest.approx((1 / 3,) * 3) and "rewards=digit,color,size_half_max" in args
+        assert [float(x) for x in args[args.index("--lam") + 1].split(",")] == pytest.approx(runs[0].lam)
+    with pytest.raises(ValueError, match="unknown setting"):
+        plan_sweep(world="tiny", settings=("nope",), sets={"rewards": "digit,color"}, out_root=tmp_path)
+
+
 @pytest.mark.parametrize("kw, match", [(dict(methods=("magic",)), "unknown methods"), (dict(seeds=()), "seeds"),
                                        (dict(seeds=(1, 1)), "seeds"), (dict(budgets=("loud",)), "unknown budgets"),
                                        (dict(settings=("nope",)), "unknown setting"),
