@@ -1,6 +1,7 @@
 """Test-session setup shared by the unit tests and the notebook runs (nbmake kernels inherit the environment)."""
 
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -12,10 +13,18 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 # Notebooks and library code write figures through recast.plotting.savefig; under test they go to a scratch folder
-# so a test run never overwrites the committed figures/.
-os.environ.setdefault("RECAST_FIGURES_DIR", tempfile.mkdtemp(prefix="recast-figures-"))
-# Likewise result tables (recast.sweep.results_dir), so CI-sized notebook runs never overwrite data/results/.
-os.environ.setdefault("RECAST_RESULTS_DIR", tempfile.mkdtemp(prefix="recast-results-"))
+# so a test run never overwrites the committed figures/. Likewise result tables (recast.sweep.results_dir), so
+# CI-sized notebook runs never overwrite data/results/. Scratch folders this session made are removed when it ends.
+_SCRATCH = []
+for _var, _prefix in (("RECAST_FIGURES_DIR", "recast-figures-"), ("RECAST_RESULTS_DIR", "recast-results-")):
+    if _var not in os.environ:
+        os.environ[_var] = tempfile.mkdtemp(prefix=_prefix)
+        _SCRATCH.append(os.environ[_var])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for path in _SCRATCH:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
