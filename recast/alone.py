@@ -166,7 +166,8 @@ def rule_false_alarm(n_seeds: int, n_judges: int = 1) -> float:
 REEVAL_SEED_OFFSET: int = 20_011  # noise of the re-evaluation: run seed + this (the training-time evals use 10_007)
 
 
-def reevaluate(runs, *, num_prompts: int = 256, batch_size: int = 64, which: str = "ema") -> list[dict]:
+def reevaluate(runs, *, num_prompts: int = 256, batch_size: int = 64, which: str = "ema",
+               noise_seed: int | None = None) -> list[dict]:
     """Re-score finished runs (single-reward runs or a setting's) on more samples than their training-time
     evaluations.
 
@@ -175,16 +176,21 @@ def reevaluate(runs, *, num_prompts: int = 256, batch_size: int = 64, which: str
     final EMA policy are sampled on the test prompts cycled to ``num_prompts``, with the same noise for both (seeded
     by the run's seed + `REEVAL_SEED_OFFSET`), and scored by the world's judges and each of the run's rewards.
 
+    By default each seed's runs get their own draw, so the draw's sampling error varies across seeds and enters the
+    seed-std. ``noise_seed`` instead gives every run one shared draw, as notebook 06 (`recast.judge_eval.evaluate_sweep`
+    with the same ``noise_seed``) does: its sampling error is then common to all seeds and the seed-std misses it.
+
     Args:
         runs: `plan_alone` or `recast.sweep.plan_sweep` runs (unfinished ones are skipped).
         num_prompts: samples per policy.
         batch_size: sampling batch.
         which: the final policy, "ema" (what the trainer evaluates) or "params" (the raw trained weights).
+        noise_seed: one draw shared by every run (prompt noise and judge seed), or None for the per-seed draws.
 
     Returns:
         rows shaped like `recast.sweep_results.collect`'s (``budget``: the run's, which for a single-reward run is the
         reward; ``judge/<k>`` and ``base:judge/<k>``; ``reward/<r>`` and ``base:reward/<r>`` for each of the run's
-        rewards; ``eval_prompts``), so `alone_table` and `change_over_seeds` read them.
+        rewards; ``eval_prompts``; ``noise_seed``, the draw's), so `alone_table` and `change_over_seeds` read them.
         The diversity judge, which only exists for repeated prompts, is left out, so the judges are the same as at
         training time.
 
@@ -216,9 +222,9 @@ def reevaluate(runs, *, num_prompts: int = 256, batch_size: int = 64, which: str
         if not names:
             raise ValueError(f"{run.out_dir}/config.json records no reward_names: not a recast-run/1 run")
         rewards = {name: final.world.reward(name, "cpu") for name in names}
-        seed = int(run.seed) + REEVAL_SEED_OFFSET
+        seed = int(run.seed) + REEVAL_SEED_OFFSET if noise_seed is None else int(noise_seed)
         row = {"setting": run.setting, "budget": run.budget, "method": run.method, "seed": run.seed,
-               "eval_prompts": num_prompts, "policy": which, "command": run.command}
+               "eval_prompts": num_prompts, "policy": which, "noise_seed": seed, "command": run.command}
         for prefix, loaded in (("", final), ("base:", base)):
             images, prompts = sample_test_prompts(loaded, num_prompts, seed=seed, batch_size=batch_size)
             scores = final.world.evaluate(images, prompts, seed=seed)

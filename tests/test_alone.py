@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from recast.alone import MATCHING_JUDGES, alone_table, plan_alone
+from recast.alone import MATCHING_JUDGES, REEVAL_SEED_OFFSET, alone_table, plan_alone
 from recast.digits.judges.agreement import MATCHING_VERDICT
 
 
@@ -178,6 +178,11 @@ def test_reevaluate_pairs_base_and_final_on_more_samples(tmp_path, monkeypatch):
         assert rows[0][f"base:{k}"] == rows[1][f"base:{k}"]  # one base model, one noise draw: identical
     assert rows[0]["reward/digit"] != rows[0]["base:reward/digit"] or rows[0]["judge/fid"] != rows[0]["base:judge/fid"]
     assert reevaluate(runs, num_prompts=6, batch_size=4) == rows
+    # a shared draw: naming the per-seed draw's noise seed reproduces it; another draw scores other samples
+    assert reevaluate(runs, num_prompts=6, batch_size=4, noise_seed=REEVAL_SEED_OFFSET) == rows
+    other = reevaluate(runs, num_prompts=6, batch_size=4, noise_seed=5)
+    assert [r["noise_seed"] for r in rows] == [REEVAL_SEED_OFFSET] * 2 and [r["noise_seed"] for r in other] == [5, 5]
+    assert other[0]["base:reward/digit"] != rows[0]["base:reward/digit"]
     table = alone_table(rows)
     assert {r["reward"] for r in table} == {"digit", "color"} and all(r["n"] == 1 for r in table)
     with pytest.raises(ValueError, match="num_prompts"):
