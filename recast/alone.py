@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "changes_over_seeds", "alone_table",
-           "versus_control", "rule_false_alarm", "reevaluate", "main"]
+           "versus_control", "rule_false_alarm", "reevaluate", "draw_spread", "main"]
 
 # reward -> the held-out judges that check the same property
 MATCHING_JUDGES: dict[str, tuple[str, ...]] = {
@@ -233,6 +233,54 @@ def reevaluate(runs, *, num_prompts: int = 256, batch_size: int = 64, which: str
                 row[f"{prefix}reward/{name}"] = float(torch.as_tensor(reward(images, prompts)).float().mean())
         rows.append(row)
     return rows
+
+
+def draw_spread(rows: list[dict], metric: str) -> dict:
+    """How much of a paired change final − base is the evaluation draw's: the test on each draw, and pooled.
+
+    ``rows`` hold every run (one per seed) scored on each of the same N >= 2 shared draws (`reevaluate` with
+    ``noise_seed`` 0..N−1, or any N distinct seeds): a matrix Δ[seed, draw]. Returns
+
+    - ``shared``: `change_over_seeds` on each draw, all seeds on that one draw (as notebook 06 reads them);
+    - ``per_seed``: for k = 0..N−1, seed i (in sorted order) on draw (k + i) mod N, so each seed has its own draw (as
+      `reevaluate` reads them by default);
+    - ``pooled``: the test on each seed's Δ averaged over all N draws, which averages the draw's error out: ``n``,
+      ``delta``, ``seed_std`` (ddof 1; not floored, a mean over N draws is not a pass rate of one draw), ``per_seed``
+      (the averaged Δ, by seed), ``improved`` and ``worse`` (beyond one seed-std, `recast.stats.lower_is_better`);
+    - ``draw_sd``: the s.d. over draws of the shared test's mean Δ;
+    - ``corr_base``: over draws, the correlation of the draw's mean base value with its mean Δ (nan if either is
+      constant); strongly negative when a draw where the base model looks good leaves more room to look worse.
+
+    Raises:
+        ValueError: fewer than 2 draws or 2 seeds, or a (seed, draw) pair missing or repeated.
+    """
+    from recast.stats import lower_is_better
+
+    seeds = sorted({r["seed"] for r in rows})
+    draws = sorted({r["noise_seed"] for r in rows})
+    if len(seeds) < 2 or len(draws) < 2:
+        raise ValueError(f"need >= 2 seeds and >= 2 draws, got {len(seeds)} seeds and {len(draws)} draws")
+    by = {}
+    for r in rows:
+        key = (r["seed"], r["noise_seed"])
+        if key in by:
+            raise ValueError(f"seed {key[0]} is scored twice on draw {key[1]}")
+        by[key] = r
+    missing = [(s, d) for s in seeds for d in draws if (s, d) not in by]
+    if missing:
+        raise ValueError(f"every seed must be scored on every draw; missing (seed, draw): {missing[:5]}")
+    n = len(draws)
+    shared = [change_over_seeds([by[s, d] for s in seeds], metric) for d in draws]
+    per_seed = [change_over_seeds([by[s, draws[(k + i) % n]] for i, s in enumerate(seeds)], metric) for k in range(n)]
+    avg = np.array([np.mean([by[s, d][metric] - by[s, d][f"base:{metric}"] for d in draws]) for s in seeds])
+    std = float(avg.std(ddof=1))
+    better = -avg.mean() if lower_is_better(metric) else avg.mean()
+    means = np.array([c["delta"] for c in shared])
+    base = np.array([np.mean([by[s, d][f"base:{metric}"] for s in seeds]) for d in draws])
+    corr = float(np.corrcoef(base, means)[0, 1]) if means.std() > 0 and base.std() > 0 else float("nan")
+    return {"shared": shared, "per_seed": per_seed, "draw_sd": float(means.std(ddof=1)), "corr_base": corr,
+            "pooled": {"n": len(seeds), "delta": float(avg.mean()), "seed_std": std, "per_seed": avg.tolist(),
+                       "improved": bool(better > std), "worse": bool(better < -std)}}
 
 
 def alone_table(rows: list[dict]) -> list[dict]:

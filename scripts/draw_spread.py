@@ -2,6 +2,7 @@
 
     python scripts/draw_spread.py quality              # 16 shared draws of 256 samples, noise seeds 0..15
     python scripts/draw_spread.py compose --draws 16 --num-prompts 256 --out-root runs/sweep
+    python scripts/draw_spread.py quality --table data/results/draw_spread_quality.csv   # re-print, no sampling
 
 Notebook 06 scores every run on one shared draw (noise seed 0); `recast.alone.reevaluate` gives each seed its own.
 On 256 samples the two disagreed on blur in both settings. Here each run of the sweep's uniform cell (uniform
@@ -27,9 +28,8 @@ import numpy as np
 
 
 def main(argv: list[str] | None = None) -> None:
-    from recast.alone import change_over_seeds, reevaluate
-    from recast.stats import lower_is_better
-    from recast.io import write_csv
+    from recast.alone import reevaluate
+    from recast.io import read_csv, write_csv
     from recast.sweep import is_finished, plan_sweep, results_dir
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -37,7 +37,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--draws", type=int, default=16)
     ap.add_argument("--num-prompts", type=int, default=256)
     ap.add_argument("--out-root", default="runs/sweep")
+    ap.add_argument("--table", help="print the table of a CSV this script wrote, without sampling")
     args = ap.parse_args(argv)
+    if args.table:
+        return report(read_csv(args.table), args.setting)
 
     runs = plan_sweep(settings=(args.setting,), budgets=("uniform",), methods=("uniform",), seeds=(0, 1, 2),
                       out_root=args.out_root)
@@ -50,26 +53,28 @@ def main(argv: list[str] | None = None) -> None:
         print(f"draw {draw} done", flush=True)
     write_csv(results_dir() / f"draw_spread_{args.setting}.csv", rows)
 
-    seeds = sorted({r["seed"] for r in rows})
-    by = {(r["seed"], r["noise_seed"]): r for r in rows}
-    n = args.draws
+    report(rows, args.setting)
+
+
+def report(rows: list[dict], setting: str) -> None:
+    """Print one line per judge and reward: notebook 06's draw (noise seed 0), the shared and per-seed tests, pooled."""
+    from recast.alone import draw_spread
+
+    n = len({r["noise_seed"] for r in rows})
     metrics = [k for k in rows[0] if k.startswith(("judge/", "reward/")) and f"base:{k}" in rows[0]]
-    print(f"\n{args.setting}, uniform baseline, seeds {seeds}, {n} draws of {args.num_prompts} samples")
+    print(f"\n{setting}, uniform baseline, seeds {sorted({r['seed'] for r in rows})}, {n} draws of "
+          f"{rows[0]['eval_prompts']} samples")
     print(f"{'metric':24s} {'draw 0':>16s} {'shared: mean Δ ± sd over draws':>32s} {'fails':>6s} "
           f"{'per-seed fails':>15s} {'pooled Δ ± seed-std':>22s} {'corr(base, Δ)':>14s}")
     for m in metrics:
-        shared = [change_over_seeds([by[s, d] for s in seeds], m) for d in range(n)]
-        per_seed = [change_over_seeds([by[s, (k + i) % n] for i, s in enumerate(seeds)], m) for k in range(n)]
-        pooled = np.array([np.mean([by[s, d][m] - by[s, d][f"base:{m}"] for d in range(n)]) for s in seeds])
-        means = np.array([c["delta"] for c in shared])
-        base = np.array([np.mean([by[s, d][f"base:{m}"] for s in seeds]) for d in range(n)])
-        corr = float(np.corrcoef(base, means)[0, 1]) if means.std() > 0 and base.std() > 0 else float("nan")
-        d0 = shared[0]
-        worse = (pooled.mean() if lower_is_better(m) else -pooled.mean()) > pooled.std(ddof=1)
+        d = draw_spread(rows, m)
+        d0, pooled = d["shared"][0], d["pooled"]
+        mean = float(np.mean([c["delta"] for c in d["shared"]]))
         print(f"{m:24s} {d0['delta']:+8.3f} ± {d0['seed_std']:.3f}{'*' if d0['worse'] else ' '} "
-              f"{means.mean():+20.3f} ± {means.std(ddof=1):.3f} {sum(c['worse'] for c in shared):3d}/{n:<2d} "
-              f"{sum(c['worse'] for c in per_seed):9d}/{n:<2d} "
-              f"{pooled.mean():+13.3f} ± {pooled.std(ddof=1):.3f}{'*' if worse else ' '} {corr:+13.2f}")
+              f"{mean:+20.3f} ± {d['draw_sd']:.3f} {sum(c['worse'] for c in d['shared']):3d}/{n:<2d} "
+              f"{sum(c['worse'] for c in d['per_seed']):9d}/{n:<2d} "
+              f"{pooled['delta']:+13.3f} ± {pooled['seed_std']:.3f}{'*' if pooled['worse'] else ' '} "
+              f"{d['corr_base']:+13.2f}")
     print("(* and fails: worse by more than one seed-std, the uniform-baseline rule)")
 
 

@@ -202,3 +202,59 @@ def test_reevaluate_pairs_base_and_final_on_more_samples(tmp_path, monkeypatch):
     cfg_path.write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="records no reward_names"):
         reevaluate(runs[:1], num_prompts=6)
+
+
+def _draw_rows(delta, base):
+    """Rows of seeds × draws with judge/blur = base + delta (lower is better) and judge/strict = base − delta."""
+    rows = []
+    for s in range(delta.shape[0]):
+        for d in range(delta.shape[1]):
+            rows.append({"seed": s, "noise_seed": 10 + d, "base:judge/defect_blur": base[d],
+                         "judge/defect_blur": base[d] + delta[s, d], "base:judge/strict": base[d],
+                         "judge/strict": base[d] - delta[s, d]})
+    return rows
+
+
+def test_draw_spread_pools_the_draws_and_reads_each_one():
+    """Closed form: Δ[seed, draw] = a_seed + e_draw. Pooled, the draw term averages to its mean; the shared test on
+    draw d sees mean(a) + e_d with the seed-std of a; a per-seed combination sees mean(a) + the mean of the e's it
+    draws. A rise in blur is a fall in strict: the same numbers, the opposite verdicts."""
+    from recast.alone import draw_spread
+
+    a = np.array([0.01, 0.02, 0.03])
+    e = np.array([-0.04, 0.0, 0.04, 0.08])
+    base = np.array([0.5, 0.45, 0.4, 0.35])  # the draws whose base looks best rise most: correlation −1
+    rows = _draw_rows(a[:, None] + e[None, :], base)
+    blur = draw_spread(rows, "judge/defect_blur")
+    assert blur["pooled"]["delta"] == pytest.approx(a.mean() + e.mean())
+    assert blur["pooled"]["seed_std"] == pytest.approx(a.std(ddof=1))
+    assert blur["pooled"]["per_seed"] == pytest.approx(list(a + e.mean()))
+    assert blur["pooled"]["worse"] and not blur["pooled"]["improved"]  # +0.04 rise against a seed-std of 0.01
+    assert [c["delta"] for c in blur["shared"]] == pytest.approx(list(a.mean() + e))
+    assert all(c["seed_std"] == pytest.approx(a.std(ddof=1)) for c in blur["shared"])
+    assert [c["worse"] for c in blur["shared"]] == [False, True, True, True]  # −0.02, +0.02, +0.06, +0.10
+    # per-seed: seed i on draw (k + i) mod 4
+    for k, c in enumerate(blur["per_seed"]):
+        d = [a[i] + e[(k + i) % 4] for i in range(3)]
+        assert c["delta"] == pytest.approx(np.mean(d))
+    assert blur["draw_sd"] == pytest.approx(e.std(ddof=1))
+    assert blur["corr_base"] == pytest.approx(-1.0)
+    strict = draw_spread(rows, "judge/strict")
+    assert strict["pooled"]["delta"] == pytest.approx(-blur["pooled"]["delta"])
+    assert strict["pooled"]["worse"] and [c["worse"] for c in strict["shared"]] == [False, True, True, True]
+    # a draw-independent change: every test agrees and the correlation is undefined
+    flat = draw_spread(_draw_rows(np.tile(a[:, None], (1, 4)), np.full(4, 0.5)), "judge/defect_blur")
+    assert np.isnan(flat["corr_base"]) and flat["draw_sd"] == 0.0
+    assert len({c["delta"] for c in flat["shared"] + flat["per_seed"]}) == 1
+
+
+def test_draw_spread_refuses_an_incomplete_matrix():
+    from recast.alone import draw_spread
+
+    rows = _draw_rows(np.zeros((3, 2)), np.array([0.5, 0.5]))
+    with pytest.raises(ValueError, match="missing"):
+        draw_spread(rows[:-1], "judge/strict")
+    with pytest.raises(ValueError, match="twice"):
+        draw_spread(rows + rows[:1], "judge/strict")
+    with pytest.raises(ValueError, match=">= 2 draws"):
+        draw_spread([r for r in rows if r["noise_seed"] == 10], "judge/strict")
