@@ -262,8 +262,8 @@ def test_draw_spread_refuses_an_incomplete_matrix():
 
 def test_committed_draw_spreads_give_the_readme_verdicts():
     """The uniform-baseline verdicts the README reads from the committed re-scorings (scripts/draw_spread.py):
-    pooled over 16 draws quality passes every judge and compose fails on blur alone; compose with the sharpness reward
-    added passes every judge, blur improving; on notebook 06's draw (noise seed 0) both settings fail on blur."""
+    pooled over 16 draws quality passes every judge (and fails at kl_beta 1) and compose fails on blur alone; compose
+    with the sharpness reward added passes every judge, blur improving; on notebook 06's draw (noise seed 0) both settings fail on blur."""
     from pathlib import Path
 
     from recast.alone import draw_spread
@@ -282,6 +282,9 @@ def test_committed_draw_spreads_give_the_readme_verdicts():
     assert compose["judge/defect_blur"]["pooled"]["delta"] == pytest.approx(0.022, abs=5e-4)
     assert quality["judge/defect_blur"]["shared"][0]["worse"] and compose["judge/defect_blur"]["shared"][0]["worse"]
     assert quality["judge/defect_blur"]["shared"][0]["delta"] == pytest.approx(0.090, abs=5e-4)
+    # quality at kl_beta 1 fails pooled (size, strict), so 2 stays the smallest passing weight
+    assert sorted(j for j, d in verdicts("draw_spread_quality_kl1.csv").items() if d["pooled"]["worse"]) == \
+        ["judge/size", "judge/strict"]
     sharp = verdicts("draw_spread_compose_with_sharpness.csv")
     assert not any(d["pooled"]["worse"] for d in sharp.values())
     assert sharp["judge/defect_blur"]["pooled"]["improved"]
