@@ -1,6 +1,6 @@
 """Command line of the ReCAST trainer.
 
-    python -m recast train --preset cpu --setting compose --method recast --lam 0.4,0.2,0.2,0.2 --out runs/x
+    python -m recast train --preset cpu --setting compose --method recast --lam 0.4,0.15,0.15,0.15,0.15 --out runs/x
     python -m recast demo                  # ReCAST vs uniform, compose, cpu preset, seeds 0,1,2 (recast/demo.py)
     python -m recast profile --setting compose --estimator rollout   # when is each reward informative (profile.py)
 

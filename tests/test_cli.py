@@ -9,11 +9,11 @@ from recast.__main__ import config_from_args, build_parser, main
 
 def test_cli_train_and_resume(tmp_path, capsys):
     out = tmp_path / "run"
-    args = ["train", "--preset", "ci", "--setting", "compose", "--method", "recast", "--lam", "0.4,0.2,0.2,0.2",
+    args = ["train", "--preset", "ci", "--setting", "compose", "--method", "recast", "--lam", "0.4,0.15,0.15,0.15,0.15",
             "--iterations", "1", "--out", str(out)]
     assert main(args) == 0
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["lam"] == [0.4, 0.2, 0.2, 0.2] and cfg["_run"]["lam"] == [0.4, 0.2, 0.2, 0.2]
+    assert cfg["lam"] == [0.4, 0.15, 0.15, 0.15, 0.15] and cfg["_run"]["lam"] == cfg["lam"]
     assert main(args[:-4] + ["--iterations", "2", "--out", str(out), "--resume"]) == 0
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
 
@@ -51,7 +51,7 @@ def test_kl_beta_and_ema_decay_follow_the_setting_unless_given():
 
 def test_cli_bad_input(tmp_path, capsys):
     assert main(["train", "--preset", "ci", "--lam", "1,2", "--out", str(tmp_path / "a")]) == 2
-    assert "4 rewards" in capsys.readouterr().err
+    assert "5 rewards" in capsys.readouterr().err
     assert main(["train", "--preset", "ci", "--setting", "nope", "--out", str(tmp_path / "b")]) == 2
     assert "unknown setting" in capsys.readouterr().err
     assert main(["train", "--preset", "ci", "--out", str(tmp_path / "c"), "--resume"]) == 2
@@ -75,12 +75,12 @@ def test_cli_profile_writes_json_and_figure_and_prints_the_same_object(tmp_path,
     printed = json.loads(capsys.readouterr().out)
     written = json.loads((out / "profile.json").read_text())
     assert printed == written
-    assert written["reward_names"] == ["digit", "color", "position_flat", "size_half_max"]
+    assert written["reward_names"] == ["digit", "color", "position_flat", "size_half_max", "sharpness"]
     assert len(written["sigmas"]) == 4
     for key in ("D", "D_lo", "D_hi"):
-        assert len(written[key]) == 4 and len(written[key][0]) == 4
+        assert len(written[key]) == 5 and len(written[key][0]) == 4  # (K rewards, T + 1 grid points)
     W = written["W"]
-    assert all(abs(sum(row) - 0.25) < 1e-9 for row in W) and len(W[0]) == 3
+    assert all(abs(sum(row) - 0.2) < 1e-9 for row in W) and len(W[0]) == 3
     assert (out / "profile.png").is_file() and (out / "profile.pdf").is_file()
 
 

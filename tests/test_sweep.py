@@ -24,7 +24,7 @@ def test_budget_grid_is_uniform_plus_one_emphasis_per_reward():
 
 def test_lambda_grid_reads_the_world_settings():
     assert list(lambda_grid("tiny", "compose")) == ["uniform", "digit-heavy", "color-heavy", "position_flat-heavy",
-                                                    "size_half_max-heavy"]
+                                                    "size_half_max-heavy", "sharpness-heavy"]
     with pytest.raises(ValueError, match="unknown setting 'nope'"):
         lambda_grid("tiny", "nope")
 
@@ -32,7 +32,7 @@ def test_lambda_grid_reads_the_world_settings():
 def test_plan_covers_the_grid_with_one_command_per_run(tmp_path):
     runs = plan_sweep(world="tiny", settings=("compose", "quality"), methods=("recast", "uniform"), seeds=(0, 1, 2),
                       preset="ci", iterations=3, out_root=tmp_path)
-    assert len(runs) == 2 * 5 * 2 * 3 and len({r.out_dir for r in runs}) == len(runs)
+    assert len(runs) == (6 + 5) * 2 * 3 and len({r.out_dir for r in runs}) == len(runs)  # compose 6 budgets
     r = runs[7]
     args = shlex.split(r.command)
     assert args[:4] == ["python", "-m", "recast", "train"]

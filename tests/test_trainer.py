@@ -96,9 +96,9 @@ def test_nan_loss_stops_and_keeps_checkpoint(tmp_path):
 @pytest.mark.parametrize("over, err, msg", [
     (dict(setting="nope"), ValueError, "unknown setting"),
     (dict(rewards=("color", "bogus")), ValueError, "unknown reward"),
-    (dict(lam=(1.0, 2.0)), ValueError, "4 rewards"),
-    (dict(lam=(1.0, -1.0, 0.0, 0.0)), ValueError, ">= 0"),
-    (dict(lam=(0.0, 0.0, 0.0, 0.0)), ValueError, "all zero"),
+    (dict(lam=(1.0, 2.0)), ValueError, "5 rewards"),
+    (dict(lam=(1.0, -1.0, 0.0, 0.0, 0.0)), ValueError, ">= 0"),
+    (dict(lam=(0.0, 0.0, 0.0, 0.0, 0.0)), ValueError, "all zero"),
     (dict(batch_size=5), ValueError, "does not divide"),
     (dict(method="fixed"), ValueError, "fixed_W"),
     (dict(method="fixed", fixed_W=((1.0,),)), ValueError, "shape"),

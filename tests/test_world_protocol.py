@@ -220,4 +220,5 @@ def test_world_info_is_static_and_refuses_bad_worlds_before_loading(tmp_path, mo
         W.world_info(f"sd3:{tmp_path}")
     with pytest.raises(FileNotFoundError, match="world.json missing"):
         W.world_info(f"digits:{tmp_path}")
-    assert W.world_info("tiny").reward_settings["compose"] == ("digit", "color", "position_flat", "size_half_max")
+    assert W.world_info("tiny").reward_settings["compose"] == ("digit", "color", "position_flat", "size_half_max",
+                                                                "sharpness")
