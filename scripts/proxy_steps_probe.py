@@ -82,7 +82,7 @@ def main(path: str = "data/results/informativeness_base_256.json") -> dict:
     par = ref["parameters"]
     root = Path(recast.__file__).resolve().parents[1]
     world = load_world(f"digits:{root / 'data/digit_base'}")
-    names = [n for s in ("compose", "quality") for n in SETTINGS[s]]
+    names = list(dict.fromkeys(n for s in ("compose", "quality") for n in SETTINGS[s]))  # sharpness is in both
     if names != ref["rollout"]["reward_names"]:
         raise ValueError(f"reward order {names} differs from the reference's {ref['rollout']['reward_names']}")
     pool = prompt_set("train")

@@ -36,7 +36,7 @@ def inputs(num_prompts: int = 64, seed: int = 0):
 
     root = Path(recast.__file__).resolve().parents[1]
     world = load_world(f"digits:{root / 'data/digit_base'}")
-    names = [n for s in ("compose", "quality") for n in SETTINGS[s]]
+    names = list(dict.fromkeys(n for s in ("compose", "quality") for n in SETTINGS[s]))  # sharpness is in both
     pool = prompt_set("train")
     prompts = pool[:: max(1, len(pool) // num_prompts)][:num_prompts]
     b = model_batch(world, names, prompts, seed=seed)

@@ -117,7 +117,7 @@ def base():
     path = Path(__file__).resolve().parents[1] / "data" / "digit_base"  # the committed base model
     torch.set_num_threads(1)
     world = load_world(f"digits:{path}")
-    names = [n for s in ("compose", "quality") for n in SETTINGS[s]]
+    names = list(dict.fromkeys(n for s in ("compose", "quality") for n in SETTINGS[s]))  # sharpness is in both
     pool = prompt_set("train")
     return world, names, pool
 

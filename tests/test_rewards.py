@@ -40,7 +40,7 @@ def _other(values, v):
 def test_registry_names_settings_and_unknown():
     in_no_setting = {"placebo", "position", "size", "clean_mass"}
     assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | in_no_setting
-    assert rewards.SETTINGS["compose"] == ("digit", "color", "position_flat", "size_half_max")
+    assert rewards.SETTINGS["compose"] == ("digit", "color", "position_flat", "size_half_max", "sharpness")
     assert rewards.SETTINGS["quality"] == ("sharpness", "clean", "contrast", "realism")
     assert rewards.SETTINGS["timing"] == ("color", "sharpness")
     with pytest.raises(ValueError, match="valid: digit"):
