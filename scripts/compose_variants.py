@@ -33,8 +33,9 @@ VARIANTS: dict[str, dict[str, object]] = {
     # the EMA of the LoRA weights (decay 0.9) blurs; ema_decay 0 evaluates the raw trained weights
     # (scripts/ema_blur_probe.py), and the training itself is unchanged
     "both, ema_decay 0": {"rewards": "digit,color,position_flat,size_half_max", "ema_decay": 0.0},
-    # the setting plus the one reward that measures what the blur judge checks (budget uniform over the five): pooled
-    # over draws (scripts/draw_spread.py) the setting's blur still rises +0.02 at every kl_beta in {1, 2, 3}
+    # plus the one reward that measures what the blur judge checks (budget uniform over the five): pooled over draws
+    # (scripts/draw_spread.py) "both, ema_decay 0" still blurs (+0.02 at every kl_beta in {1, 2, 3}) and this passes,
+    # so it is the compose setting since (recast.digits.rewards.SETTINGS)
     "with sharpness": {"rewards": "digit,color,position_flat,size_half_max,sharpness", "ema_decay": 0.0},
 }
 QUALITY_VARIANTS: dict[str, dict[str, object]] = {
