@@ -247,7 +247,7 @@ def draw_spread(rows: list[dict], metric: str) -> dict:
     - ``pooled``: the test on each seed's Δ averaged over all N draws, which averages the draw's error out: ``n``,
       ``delta``, ``seed_std`` (ddof 1; not floored, a mean over N draws is not a pass rate of one draw), ``per_seed``
       (the averaged Δ, by seed), ``improved`` and ``worse`` (beyond one seed-std, `recast.stats.lower_is_better`);
-    - ``draw_sd``: the s.d. over draws of the shared test's mean Δ;
+    - ``draw_mean``, ``draw_sd``: the mean and s.d. over draws of the shared test's mean Δ;
     - ``corr_base``: over draws, the correlation of the draw's mean base value with its mean Δ (nan if either is
       constant); strongly negative when a draw where the base model looks good leaves more room to look worse.
 
@@ -278,7 +278,8 @@ def draw_spread(rows: list[dict], metric: str) -> dict:
     means = np.array([c["delta"] for c in shared])
     base = np.array([np.mean([by[s, d][f"base:{metric}"] for s in seeds]) for d in draws])
     corr = float(np.corrcoef(base, means)[0, 1]) if means.std() > 0 and base.std() > 0 else float("nan")
-    return {"shared": shared, "per_seed": per_seed, "draw_sd": float(means.std(ddof=1)), "corr_base": corr,
+    return {"shared": shared, "per_seed": per_seed, "draw_mean": float(means.mean()),
+            "draw_sd": float(means.std(ddof=1)), "corr_base": corr,
             "pooled": {"n": len(seeds), "delta": float(avg.mean()), "seed_std": std, "per_seed": avg.tolist(),
                        "improved": bool(better > std), "worse": bool(better < -std)}}
 

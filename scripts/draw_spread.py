@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 
 def main(argv: list[str] | None = None) -> None:
     from recast.alone import reevaluate
@@ -69,9 +67,8 @@ def report(rows: list[dict], setting: str) -> None:
     for m in metrics:
         d = draw_spread(rows, m)
         d0, pooled = d["shared"][0], d["pooled"]
-        mean = float(np.mean([c["delta"] for c in d["shared"]]))
         print(f"{m:24s} {d0['delta']:+8.3f} ± {d0['seed_std']:.3f}{'*' if d0['worse'] else ' '} "
-              f"{mean:+20.3f} ± {d['draw_sd']:.3f} {sum(c['worse'] for c in d['shared']):3d}/{n:<2d} "
+              f"{d['draw_mean']:+20.3f} ± {d['draw_sd']:.3f} {sum(c['worse'] for c in d['shared']):3d}/{n:<2d} "
               f"{sum(c['worse'] for c in d['per_seed']):9d}/{n:<2d} "
               f"{pooled['delta']:+13.3f} ± {pooled['seed_std']:.3f}{'*' if pooled['worse'] else ' '} "
               f"{d['corr_base']:+13.2f}")

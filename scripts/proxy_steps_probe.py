@@ -72,7 +72,7 @@ def gains_of(pc: np.ndarray, pp: np.ndarray) -> torch.Tensor:
 def main(path: str = "data/results/informativeness_base_256.json") -> dict:
     import recast
     from recast.digits.data import prompt_set
-    from recast.digits.rewards import SETTINGS
+    from recast.digits.rewards import setting_rewards
     from recast.informativeness import gains_centre_of_mass
     from recast.informativeness.probe import model_batch, spearman
     from recast.world import load_world
@@ -82,7 +82,7 @@ def main(path: str = "data/results/informativeness_base_256.json") -> dict:
     par = ref["parameters"]
     root = Path(recast.__file__).resolve().parents[1]
     world = load_world(f"digits:{root / 'data/digit_base'}")
-    names = list(dict.fromkeys(n for s in ("compose", "quality") for n in SETTINGS[s]))  # sharpness is in both
+    names = list(setting_rewards("compose", "quality"))
     if names != ref["rollout"]["reward_names"]:
         raise ValueError(f"reward order {names} differs from the reference's {ref['rollout']['reward_names']}")
     pool = prompt_set("train")

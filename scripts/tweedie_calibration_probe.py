@@ -30,13 +30,13 @@ def inputs(num_prompts: int = 64, seed: int = 0):
     `estimate_profiles` draws it (`model_batch`, then `tweedie_pairs`)."""
     import recast
     from recast.digits.data import prompt_set
-    from recast.digits.rewards import SETTINGS
+    from recast.digits.rewards import setting_rewards
     from recast.informativeness.probe import model_batch, tweedie_pairs
     from recast.world import load_world
 
     root = Path(recast.__file__).resolve().parents[1]
     world = load_world(f"digits:{root / 'data/digit_base'}")
-    names = list(dict.fromkeys(n for s in ("compose", "quality") for n in SETTINGS[s]))  # sharpness is in both
+    names = list(setting_rewards("compose", "quality"))
     pool = prompt_set("train")
     prompts = pool[:: max(1, len(pool) // num_prompts)][:num_prompts]
     b = model_batch(world, names, prompts, seed=seed)

@@ -237,7 +237,7 @@ def test_draw_spread_pools_the_draws_and_reads_each_one():
     for k, c in enumerate(blur["per_seed"]):
         d = [a[i] + e[(k + i) % 4] for i in range(3)]
         assert c["delta"] == pytest.approx(np.mean(d))
-    assert blur["draw_sd"] == pytest.approx(e.std(ddof=1))
+    assert blur["draw_mean"] == pytest.approx(a.mean() + e.mean()) and blur["draw_sd"] == pytest.approx(e.std(ddof=1))
     assert blur["corr_base"] == pytest.approx(-1.0)
     strict = draw_spread(rows, "judge/strict")
     assert strict["pooled"]["delta"] == pytest.approx(-blur["pooled"]["delta"])

@@ -112,12 +112,12 @@ def test_cps_step_keeps_the_forward_coefficients_and_its_log_prob_is_gaussian():
 def base():
     from recast.digits.data import prompt_set
     from recast.world import load_world
-    from recast.digits.rewards import SETTINGS
+    from recast.digits.rewards import setting_rewards
 
     path = Path(__file__).resolve().parents[1] / "data" / "digit_base"  # the committed base model
     torch.set_num_threads(1)
     world = load_world(f"digits:{path}")
-    names = list(dict.fromkeys(n for s in ("compose", "quality") for n in SETTINGS[s]))  # sharpness is in both
+    names = list(setting_rewards("compose", "quality"))
     pool = prompt_set("train")
     return world, names, pool
 

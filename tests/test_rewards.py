@@ -45,6 +45,12 @@ def test_registry_names_settings_and_unknown():
     assert rewards.SETTINGS["timing"] == ("color", "sharpness")
     with pytest.raises(ValueError, match="valid: digit"):
         rewards.get("aesthetic")
+    # a reward in two settings is listed once, at its first place
+    assert rewards.setting_rewards("compose", "quality") == ("digit", "color", "position_flat", "size_half_max",
+                                                              "sharpness", "clean", "contrast", "realism")
+    assert rewards.setting_rewards("quality") == rewards.SETTINGS["quality"]
+    with pytest.raises(ValueError, match="unknown setting"):
+        rewards.setting_rewards("compose", "nope")
 
 
 def test_missing_weights_name_path_and_script(tmp_path):

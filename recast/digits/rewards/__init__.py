@@ -118,6 +118,18 @@ def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
+def setting_rewards(*settings: str) -> tuple[str, ...]:
+    """The rewards of the named settings, each once (sharpness is in compose and quality), in setting order.
+
+    Raises:
+        ValueError: an unknown setting.
+    """
+    unknown = [s for s in settings if s not in SETTINGS]
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown}; valid: {', '.join(SETTINGS)}")
+    return tuple(dict.fromkeys(n for s in settings for n in SETTINGS[s]))
+
+
 def get(name: str) -> Factory:
     """The factory of a reward: ``get(name)(device) -> RewardFn``.
 
