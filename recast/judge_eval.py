@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 __all__ = ["LoadedPolicy", "load_policy", "sample_policy", "sample_test_prompts", "pairwise", "JudgeEval",
-           "evaluate_sweep", "judge_runs"]
+           "draw_seeds", "evaluate_sweep", "judge_runs"]
 
 
 @dataclass
@@ -130,28 +130,57 @@ class JudgeEval:
         judge_rows: per (setting, budget, policy, seed): the world's held-out judges on the shared prompts; the
             policy "base" is the base model.
         grids: (setting, budget) -> policy -> images ``(n, 3, H, W)`` of the first seed (for side-by-side grids).
-        prompts: the evaluation prompts.
+        prompts: the evaluation prompts of one draw.
+        noise_seeds: seed of the sweep -> the noise seeds of its draws (`draw_seeds`).
     """
 
     win_rows: list[dict]
     judge_rows: list[dict]
     grids: dict
     prompts: list[str]
+    noise_seeds: dict
+
+
+def draw_seeds(noise_seed: int, seed: int, draws: int = 1, per_seed: bool = False) -> list[int]:
+    """The noise seeds of a training seed's evaluation draws.
+
+    Shared (``per_seed=False``): ``noise_seed, ..., noise_seed + draws - 1`` for every training seed, so each seed's
+    policies are scored on the same samples and the draw's sampling error is common to all seeds: a t interval over
+    seeds then misses it (one 256-sample draw moves a 3-seed mean by about 0.03, README "One 256-sample draw cannot
+    decide"). Per seed: ``noise_seed + draws * seed + d``, distinct for every (seed, draw), so the draw's error differs
+    between seeds, enters the seed spread and averages over seeds. Within a seed every policy sees the same draws
+    either way, so the pairwise and final - base comparisons stay paired.
+
+    Raises:
+        ValueError: ``draws`` < 1, or a negative training seed with ``per_seed``.
+    """
+    if draws < 1:
+        raise ValueError(f"draws must be >= 1, got {draws}")
+    if per_seed and seed < 0:
+        raise ValueError(f"per-seed draws need a training seed >= 0, got {seed}")
+    first = noise_seed + (draws * seed if per_seed else 0)
+    return list(range(first, first + draws))
 
 
 def evaluate_sweep(runs: list, *, method: str = "recast", num_prompts: int = 64, noise_seed: int = 0,
-                   grid_size: int = 8, confidence: float = 0.95) -> JudgeEval:
+                   draws: int = 1, per_seed: bool = False, grid_size: int = 8,
+                   confidence: float = 0.95) -> JudgeEval:
     """Pairwise-judge and held-out-judge evaluation of every cell of a finished sweep (`recast.sweep.SweepRun`s).
 
-    In each cell and seed, the base model, `method` and every other method are sampled on the same `num_prompts`
-    test prompts with the same noise; `method` is judged pairwise against each other method.
+    In each cell and seed, the base model, `method` and every other method are sampled on the same test prompts with
+    the same noise; `method` is judged pairwise against each other method. A seed's sample is ``draws`` draws of
+    `num_prompts` prompts each, with the noise seeds of `draw_seeds` (shared across training seeds, or ``per_seed``),
+    pooled: the judges score the ``draws * num_prompts`` images at once and the pairwise verdicts count every pair.
 
     Raises:
-        ValueError: a cell without `method` runs, or runs that have not finished.
+        ValueError: ``num_prompts`` or ``draws`` < 1, a cell without `method` runs, or runs that have not finished.
     """
     from recast.sweep import is_finished
     from recast.winrate import aggregate_verdicts, win_rates_over_seeds
 
+    if num_prompts < 1:
+        raise ValueError(f"num_prompts must be >= 1, got {num_prompts}")
+    seeds_of = {int(r.seed): draw_seeds(noise_seed, int(r.seed), draws, per_seed) for r in runs}  # checks draws
     unfinished = [str(r.out_dir) for r in runs if not is_finished(r)]
     if unfinished:
         raise ValueError(f"runs not finished (run recast.sweep.run_sweep first): {unfinished[:3]}")
@@ -167,26 +196,28 @@ def evaluate_sweep(runs: list, *, method: str = "recast", num_prompts: int = 64,
             base = load_policy(by_method[method].out_dir, which="base")
             pool = base.world.prompts("test")
             prompts = [pool[i % len(pool)] for i in range(num_prompts)]
-            images = {"base": sample_policy(base, prompts, seed=noise_seed)}
-            for m, r in by_method.items():
-                images[m] = sample_policy(load_policy(r.out_dir), prompts, seed=noise_seed)
+            noise = seeds_of[int(seed)]
+            policies = {"base": base, **{m: load_policy(r.out_dir) for m, r in by_method.items()}}
+            images = {name: torch.cat([sample_policy(p, prompts, seed=ns) for ns in noise])
+                      for name, p in policies.items()}
+            pooled = prompts * len(noise)
             for name, x in images.items():
                 judge_rows.append({"setting": cell[0], "budget": cell[1], "policy": name, "seed": seed,
-                                   **base.world.evaluate(x, prompts, seed=noise_seed)})
+                                   **base.world.evaluate(x, pooled, seed=noise[0])})
             for b in methods[1:]:
                 if b in images:
-                    verdicts[b][seed] = pairwise(base.world, images[method], images[b], prompts)
+                    verdicts[b][seed] = pairwise(base.world, images[method], images[b], pooled)
             grids.setdefault(cell, {k: v[:grid_size] for k, v in images.items()})
-        for b, per_seed in verdicts.items():
-            w = aggregate_verdicts([v for vs in per_seed.values() for v in vs], confidence=confidence)
-            s = win_rates_over_seeds(per_seed.values(), confidence=confidence)
+        for b, per_seed_verdicts in verdicts.items():
+            w = aggregate_verdicts([v for vs in per_seed_verdicts.values() for v in vs], confidence=confidence)
+            s = win_rates_over_seeds(per_seed_verdicts.values(), confidence=confidence)
             win_rows.append({"setting": cell[0], "budget": cell[1], "method": method, "baseline": b,
                              "wins": w.wins, "ties": w.ties, "losses": w.losses, "abstained": w.abstained,
                              "win_rate": w.win_rate, "ci_low": w.ci_low, "ci_high": w.ci_high,
                              "pair_verdict": "win" if w.ci_low > 0.5 else "loss" if w.ci_high < 0.5 else "tie",
                              "seeds": len(s.rates), "seed_rates": " ".join(f"{r:.4f}" for r in s.rates),
                              "seed_ci_low": s.ci_low, "seed_ci_high": s.ci_high, "verdict": s.verdict})
-    return JudgeEval(win_rows, judge_rows, grids, prompts)
+    return JudgeEval(win_rows, judge_rows, grids, prompts, seeds_of)
 
 
 def judge_runs(judge_rows: list[dict], num_prompts: int) -> list[dict]:

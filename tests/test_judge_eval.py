@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from recast.config import preset
-from recast.judge_eval import evaluate_sweep, load_policy, pairwise, sample_policy
+from recast.judge_eval import draw_seeds, evaluate_sweep, load_policy, pairwise, sample_policy
 from recast.sweep import SweepRun
 from recast.trainer import train
 from recast.trainer.evaluation import EVAL_SEED_OFFSET
@@ -67,6 +67,38 @@ def test_sweep_evaluation_counts_every_pair(runs):
                                                                  for s in (0, 1)}
     assert set(ev.grids[("compose", "uniform")]) == {"base", "recast", "uniform"}
     assert ev.grids[("compose", "uniform")]["base"].shape[0] == 2
+
+
+def test_draw_seeds_shared_and_per_seed():
+    assert draw_seeds(0, 5) == [0] and draw_seeds(7, 2, draws=3) == [7, 8, 9]  # shared: the seed does not enter
+    assert draw_seeds(7, 0, draws=3) == draw_seeds(7, 4, draws=3)
+    assert draw_seeds(7, 2, per_seed=True) == [9]
+    grid = [n for s in range(5) for n in draw_seeds(3, s, draws=4, per_seed=True)]
+    assert len(set(grid)) == 20 and min(grid) == 3  # every (seed, draw) its own noise
+    for kwargs, match in [(dict(draws=0), "draws must be"), (dict(seed=-1, per_seed=True), "seed >= 0")]:
+        with pytest.raises(ValueError, match=match):
+            draw_seeds(0, **{"seed": 0, **kwargs})
+
+
+def test_sweep_evaluation_pools_every_draw_of_its_seed(runs):
+    """Two per-seed draws: a seed's judge row is the world's judges on both draws' images together, its pairs count
+    both draws, and the two seeds' draws differ."""
+    ev = evaluate_sweep(runs, num_prompts=3, draws=2, per_seed=True, noise_seed=4, grid_size=2)
+    assert ev.noise_seeds == {0: [4, 5], 1: [6, 7]}
+    (row,) = ev.win_rows
+    assert row["wins"] + row["ties"] + row["losses"] == 2 * 2 * 3
+    p = load_policy(runs[2].out_dir)  # uniform, seed 0
+    prompts = p.world.prompts("test")
+    prompts = [prompts[i % len(prompts)] for i in range(3)]
+    x = torch.cat([sample_policy(p, prompts, seed=4), sample_policy(p, prompts, seed=5)])
+    want = p.world.evaluate(x, prompts * 2, seed=4)
+    (got,) = [r for r in ev.judge_rows if r["policy"] == "uniform" and r["seed"] == 0]
+    assert {k: got[k] for k in want} == pytest.approx(want)
+    # one shared draw is the default evaluation
+    shared = evaluate_sweep(runs, num_prompts=3, grid_size=2)
+    assert shared.noise_seeds == {0: [0], 1: [0]}
+    with pytest.raises(ValueError, match="draws must be"):
+        evaluate_sweep(runs, draws=0)
 
 
 @pytest.mark.parametrize("case, err, match", [("which", ValueError, "which must be"),
