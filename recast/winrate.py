@@ -80,7 +80,9 @@ class SeedWinRates:
         rates: win rate per seed (seeds without usable verdicts are left out).
         mean: mean of ``rates``.
         ci_low, ci_high: t interval of the mean at `confidence` (NaN with fewer than two seeds), with the seed
-            rates' s.d. taken as at least half a pair of the largest seed (`recast.stats.paired_difference`).
+            rates' s.d. taken as at least half a pair of the largest seed (`recast.stats.paired_difference`), and
+            clipped to [0, 1], where a rate lives (clipping cannot move an end across 0.5, so the verdict is the
+            unclipped interval's).
         verdict: "win" when the interval lies above 0.5, "loss" when below, else "tie".
     """
 
@@ -108,4 +110,6 @@ def win_rates_over_seeds(verdicts_per_seed: Iterable[Iterable[int | None]], conf
     # (`recast.stats.count_resolution`), so seeds with identical rates do not give a zero-width interval
     step = 1.0 / (2 * max(a.n for a in usable))
     d = paired_difference(rates, [0.5] * len(rates), confidence=confidence, resolution=step)
-    return SeedWinRates(rates, 0.5 + d.mean, 0.5 + d.ci_low, 0.5 + d.ci_high, d.verdict)
+    low, high = 0.5 + d.ci_low, 0.5 + d.ci_high
+    return SeedWinRates(rates, 0.5 + d.mean, low if math.isnan(low) else max(0.0, low),
+                        high if math.isnan(high) else min(1.0, high), d.verdict)

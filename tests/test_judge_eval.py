@@ -138,6 +138,8 @@ def test_seed_level_win_rate_has_the_t_interval_of_the_seed_rates():
     half_step = t.ppf(0.975, 2) * (1 / 128) / 3 ** 0.5
     assert (same.ci_low, same.ci_high) == (pytest.approx(33 / 64 - half_step), pytest.approx(33 / 64 + half_step))
     assert same.verdict == "tie"
+    wide = win_rates_over_seeds([[1] * 9 + [-1], [1] * 3 + [-1] * 7])  # rates .9, .3: the raw t interval is ±1.9
+    assert (wide.ci_low, wide.ci_high) == (0.0, 1.0) and wide.mean == pytest.approx(0.6) and wide.verdict == "tie"
     one = win_rates_over_seeds([[1, -1]])
     assert one.rates == (0.5,) and one.ci_low != one.ci_low and one.verdict == "tie"  # NaN interval
     with pytest.raises(ValueError, match="no seed"):
