@@ -34,7 +34,7 @@ def results_dir() -> Path:
 
 
 def budget_grid(reward_names: tuple[str, ...] | list[str]) -> dict[str, tuple[float, ...]]:
-    """The five (for K = 4) budgets of one setting: "uniform" and "<reward>-heavy" for each reward.
+    """The K + 1 budgets of one setting: "uniform" and "<reward>-heavy" for each reward (`EMPHASIS` on it).
 
     Raises:
         ValueError: fewer than two rewards, or duplicate names.

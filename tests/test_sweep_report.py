@@ -104,3 +104,12 @@ def test_hacking_table_lists_the_judges_that_fell_while_the_reward_rose():
     assert hacking_table(change).splitlines()[2:] == [
         "| quality / uniform | recast | +0.200 (better) | strict -0.050, fid +120.0 |",
         "| quality / uniform | uniform | +0.010 (unchanged) | none |"]
+
+
+def test_readme_prints_the_committed_sweeps_report_verbatim():
+    """"Nothing is typed by hand": the README's λ-sweep tables are `report` of the committed CSVs, character for
+    character, so a re-run sweep whose tables were not pasted back fails here."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert report(root / "data" / "results") in (root / "README.md").read_text()
