@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "quality (sd3)")
     t.add_argument("--rewards", help="comma-separated reward names (instead of --setting)")
     t.add_argument("--method", choices=METHODS, help="credit assignment across timesteps")
-    t.add_argument("--lam", type=_floats, help="budgets, one per reward, comma-separated (normalised to sum 1)")
+    t.add_argument("--lam", type=_floats, help="budgets, one per reward, comma-separated (normalised to sum 1; "
+                   "default: the setting's, equal unless the world sets them, e.g. quality: sharpness-heavy)")
     t.add_argument("--backend", choices=BACKENDS, help="nft (DiffusionNFT loss) | grpo (Flow-GRPO)")
     t.add_argument("--iterations", type=int)
     t.add_argument("--seed", type=int)
@@ -66,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="ReCAST vs uniform (and other methods), same seeds; summary and paired tables, a figure")
     d.add_argument("--preset", default="cpu", help="ci | cpu | gpu")
     d.add_argument("--setting", default="compose", help="compose | quality")
-    d.add_argument("--lam", type=_floats, default=(), help="budgets (default: equal)")
+    d.add_argument("--lam", type=_floats, default=(), help="budgets (default: the setting's; equal in compose, "
+                   "sharpness-heavy in quality)")
     d.add_argument("--methods", default="recast,uniform",
                    help="comma-separated methods to compare, e.g. recast,uniform,reward_sum")
     d.add_argument("--seeds", default="0,1,2", help="comma-separated seeds; every method runs every seed")

@@ -29,7 +29,8 @@ class TrainConfig:
     #                      bare folder holding world.json (the digit world), e.g. "data/digit_base"
     setting: str = "compose"  # the world's reward setting: compose | quality (digits), composition | quality (sd3)
     rewards: tuple[str, ...] = ()  # explicit reward names (overrides `setting` when non-empty)
-    lam: tuple[float, ...] = ()  # budgets lambda_k >= 0, one per reward; () = equal; normalised to sum 1
+    lam: tuple[float, ...] = ()  # budgets lambda_k >= 0, one per reward, normalised to sum 1; () = the setting's
+    #                              default budgets (`resolve_budgets`: equal unless the world sets them)
     method: str = "recast"  # recast | uniform | reward_sum | fixed (see RECAST.md §3, §6)
     fixed_W: tuple[tuple[float, ...], ...] = ()  # (K, T) W for method="fixed": rows sum to lam, columns to sum(lam)/T
     backend: str = "nft"  # nft (DiffusionNFT forward-process loss) | grpo (Flow-GRPO PPO-clip on SDE log-probs)
@@ -278,6 +279,20 @@ def resolve_rewards(cfg: TrainConfig, spec: str | None = None) -> tuple[str, ...
         if n not in info.reward_names:
             raise ValueError(f"unknown reward {n!r} for world {spec!r}; valid: {', '.join(info.reward_names)}")
     return names
+
+
+def resolve_budgets(cfg: TrainConfig, spec: str | None = None) -> tuple[float, ...]:
+    """Budgets of a config before normalisation: `cfg.lam` if given, else its setting's default budgets when the
+    world sets them (`recast.world.WorldInfo.setting_budgets`; the digit world's quality setting is sharpness-heavy,
+    `recast.digits.rewards.BUDGETS`), else () for equal budgets. An explicit reward list (`cfg.rewards`) is not a
+    setting, so it gets equal budgets unless `cfg.lam` says otherwise. Reads the world's static description only.
+    """
+    from recast.world import world_info
+
+    if cfg.lam or cfg.rewards:
+        return tuple(cfg.lam)
+    spec = resolve_world(cfg.world) if spec is None else spec
+    return tuple(world_info(spec).setting_budgets.get(cfg.setting, ()))
 
 
 # ---------------------------------------------------------------------------------------------------------------------

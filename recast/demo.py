@@ -118,7 +118,8 @@ def run_demo(
         out_dir: where runs and summaries go.
         preset_name: a `recast.config.preset` name.
         setting: reward setting (compose | quality).
-        lam: budgets (empty = equal).
+        lam: budgets (empty = the setting's defaults, `recast.config.resolve_budgets`; results.json records the
+            normalised budgets the runs trained with).
         methods: methods to compare; all share the preset, seeds and sample budget.
         seeds: training seeds (each method runs every seed).
         iterations: override the preset's iteration count.
@@ -143,7 +144,7 @@ def run_demo(
         overrides["eval_every"] = cfg.iterations  # the summary needs the base model's scores (iteration 0)
     for m in methods:  # validate every config before any compute
         for s in seeds:
-            validate(preset(preset_name, **overrides, method=m, seed=s), out / m / f"seed_{s}", overwrite=True)
+            spec = validate(preset(preset_name, **overrides, method=m, seed=s), out / m / f"seed_{s}", overwrite=True)
     jobs = [(preset_name, {**overrides, "method": m, "seed": s}, str(out / m / f"seed_{s}")) for m in methods
             for s in seeds]
     workers = workers or min(len(jobs), os.cpu_count() or 1)
@@ -158,7 +159,8 @@ def run_demo(
     rows = summarise(runs)
     pairs, eff = paired(runs), efficiency(runs)
     result = DemoResult(out, rows, runs, time.perf_counter() - start, pairs, eff)
-    write_json(out / "results.json", {"preset": preset_name, "setting": setting, "lam": list(lam), "seeds": list(seeds),
+    write_json(out / "results.json", {"preset": preset_name, "setting": setting, "lam": spec.lam.tolist(),
+                                      "seeds": list(seeds),
                                       "wall_time_s": result.wall_time_s, "rows": rows, "paired": pairs,
                                       "efficiency": eff})
     write_csv(out / "results.csv", rows)

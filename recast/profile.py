@@ -26,7 +26,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--split", default="train", help="prompt split: train | test")
     p.add_argument("--setting", default="compose", help="reward setting: compose | quality")
     p.add_argument("--rewards", help="comma-separated reward names (instead of --setting)")
-    p.add_argument("--lam", default="", help="budgets, one per reward, comma-separated (default: equal)")
+    p.add_argument("--lam", default="", help="budgets, one per reward, comma-separated (default: the setting's "
+                   "budgets, equal unless the world sets them; equal with --rewards)")
     p.add_argument("--estimator", default="tweedie", help="tweedie (cheap) | rollout (ground truth)")
     p.add_argument("--num-prompts", type=int, default=64, help="samples, one per prompt spread over the split")
     p.add_argument("--num-steps", type=int, default=6, help="T: grid steps, the columns of W")
@@ -68,6 +69,8 @@ def _checked(args: argparse.Namespace):
         lam = tuple(float(x) for x in args.lam.split(",") if x.strip())
     except ValueError:
         raise ValueError(f"--lam expects comma-separated numbers, got {args.lam!r}") from None
+    if not lam and not args.rewards:
+        lam = tuple(info.setting_budgets.get(args.setting, ()))
     if lam and (len(lam) != len(names) or min(lam) < 0 or sum(lam) <= 0 or any(x != x for x in lam)):
         raise ValueError(f"--lam needs {len(names)} budgets >= 0 with a positive sum, got {args.lam!r}")
     for flag, value, low in [("--num-prompts", args.num_prompts, 4), ("--num-steps", args.num_steps, 1),

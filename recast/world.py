@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -81,11 +81,14 @@ class WorldInfo:
         reward_settings: named reward sets, as `World.reward_settings`.
         reward_names: every reward name `World.reward` accepts.
         splits: prompt splits `World.prompts` accepts.
+        setting_budgets: a setting's default budgets λ, one per reward of the setting, where they are not equal
+            (a world's optional ``setting_budgets`` attribute; `recast.config.resolve_budgets` reads them).
     """
 
     reward_settings: dict[str, tuple[str, ...]]
     reward_names: tuple[str, ...]
     splits: tuple[str, ...] = ("train", "test")
+    setting_budgets: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
 
 # prefix -> factory or "module:attribute"; the factory is called as factory(arg) with arg the text after "prefix:"
@@ -190,7 +193,8 @@ def world_info(spec: str) -> WorldInfo:
         return _resolve(_INFO[prefix])(arg)
     world = load_world(spec)  # a registered world without a static description: ask the world itself
     return WorldInfo({k: tuple(v) for k, v in world.reward_settings.items()},
-                     tuple(dict.fromkeys(n for v in world.reward_settings.values() for n in v)))
+                     tuple(dict.fromkeys(n for v in world.reward_settings.values() for n in v)),
+                     setting_budgets={k: tuple(v) for k, v in getattr(world, "setting_budgets", {}).items()})
 
 
 def _checked(spec: str) -> tuple[str, str | None]:

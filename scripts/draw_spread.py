@@ -3,6 +3,7 @@
     python scripts/draw_spread.py quality              # 16 shared draws of 256 samples, noise seeds 0..15
     python scripts/draw_spread.py compose --draws 16 --num-prompts 256 --out-root runs/sweep
     python scripts/draw_spread.py quality --table data/results/draw_spread_quality.csv   # re-print, no sampling
+    python scripts/draw_spread.py quality --budget sharpness-heavy --first-draw 16   # another cell, fresh draws
 
 Notebook 06 scores every run on one shared draw (noise seed 0); `recast.alone.reevaluate` gives each seed its own.
 On 256 samples the two disagreed on blur in both settings. Here each run of the sweep's uniform cell (uniform
@@ -10,14 +11,17 @@ budget, seeds 0, 1, 2) is re-scored on ``--draws`` shared draws, base and final 
 (`recast.alone.reevaluate` with ``noise_seed``); draw 0 is notebook 06's. From that matrix of paired changes Δ[run,
 draw] it prints, per judge:
 
-- ``draw 0``: notebook 06's test (mean over seeds ± seed-std);
+- ``first draw`` (draw 0 by default): notebook 06's test (mean over seeds ± seed-std);
 - ``shared draws``: the same test on every draw: the spread of its mean over draws and how often it fails;
 - ``per-seed draws``: seed i on draw (k + i) mod N, as `reevaluate` does: how often that test fails;
 - ``pooled``: each run's Δ averaged over all draws (N × 256 samples per run), mean ± seed-std: the test with the
   draw's error averaged out;
 - ``corr(base, Δ)``: across draws, the correlation of the draw's base value with its mean Δ.
 
-Writes every (run, draw) row to data/results/draw_spread_<setting>.csv.
+``--budget`` scores the uniform method's runs of another budget of the sweep, and ``--first-draw`` starts the noise
+seeds elsewhere (draws ``first .. first + N - 1``), so a cell chosen on one set of draws is checked on draws it was
+not chosen on. Writes every (run, draw) row to data/results/draw_spread_<setting>.csv, or
+draw_spread_<setting>_<budget>_from<first>.csv when either is not its default.
 """
 
 from __future__ import annotations
@@ -35,21 +39,25 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--draws", type=int, default=16)
     ap.add_argument("--num-prompts", type=int, default=256)
     ap.add_argument("--out-root", default="runs/sweep")
+    ap.add_argument("--budget", default="uniform", help="the sweep budget whose uniform-method runs are scored")
+    ap.add_argument("--first-draw", type=int, default=0, help="noise seed of the first draw")
     ap.add_argument("--table", help="print the table of a CSV this script wrote, without sampling")
     args = ap.parse_args(argv)
     if args.table:
         return report(read_csv(args.table), args.setting)
 
-    runs = plan_sweep(settings=(args.setting,), budgets=("uniform",), methods=("uniform",), seeds=(0, 1, 2),
+    runs = plan_sweep(settings=(args.setting,), budgets=(args.budget,), methods=("uniform",), seeds=(0, 1, 2),
                       out_root=args.out_root)
     missing = [str(r.out_dir) for r in runs if not is_finished(r)]
     if missing:
         raise SystemExit(f"unfinished runs (run notebook 05 first): {missing}")
     rows = []
-    for draw in range(args.draws):
+    for draw in range(args.first_draw, args.first_draw + args.draws):
         rows += reevaluate(runs, num_prompts=args.num_prompts, noise_seed=draw)
         print(f"draw {draw} done", flush=True)
-    write_csv(results_dir() / f"draw_spread_{args.setting}.csv", rows)
+    name = args.setting if (args.budget, args.first_draw) == ("uniform", 0) else \
+        f"{args.setting}_{args.budget}_from{args.first_draw}"
+    write_csv(results_dir() / f"draw_spread_{name}.csv", rows)
 
     report(rows, args.setting)
 
@@ -62,7 +70,7 @@ def report(rows: list[dict], setting: str) -> None:
     metrics = [k for k in rows[0] if k.startswith(("judge/", "reward/")) and f"base:{k}" in rows[0]]
     print(f"\n{setting}, uniform baseline, seeds {sorted({r['seed'] for r in rows})}, {n} draws of "
           f"{rows[0]['eval_prompts']} samples")
-    print(f"{'metric':24s} {'draw 0':>16s} {'shared: mean Δ ± sd over draws':>32s} {'fails':>6s} "
+    print(f"{'metric':24s} {'first draw':>16s} {'shared: mean Δ ± sd over draws':>32s} {'fails':>6s} "
           f"{'per-seed fails':>15s} {'pooled Δ ± seed-std':>22s} {'corr(base, Δ)':>14s}")
     for m in metrics:
         d = draw_spread(rows, m)

@@ -49,6 +49,42 @@ def test_kl_beta_and_ema_decay_follow_the_setting_unless_given():
     assert config_from_args(args).ema_decay == 0.0
 
 
+def test_quality_defaults_to_sharpness_heavy_budgets_and_an_explicit_lam_wins():
+    """The digit world's quality setting trains the λ-sweep's sharpness-heavy budgets unless λ is given; compose, the
+    timing control and an explicit reward list get equal budgets; every preset and the CLI resolve alike."""
+    import torch
+
+    from recast.config import preset, resolve_budgets, resolve_world
+    from recast.digits.rewards import BUDGETS, SETTINGS
+    from recast.sweep import budget_grid
+    from recast.trainer.validate import validate_config
+    from recast.world import world_info
+
+    assert BUDGETS["quality"] == budget_grid(SETTINGS["quality"])["sharpness-heavy"]
+    for setting, lam in BUDGETS.items():  # every default names a setting and has one budget >= 0 per reward
+        assert len(lam) == len(SETTINGS[setting]) and min(lam) >= 0 and sum(lam) > 0
+    assert world_info("tiny").setting_budgets == BUDGETS
+    assert world_info(resolve_world("data/digit_base")).setting_budgets == BUDGETS
+    sharp = torch.tensor(BUDGETS["quality"], dtype=torch.float64) / sum(BUDGETS["quality"])
+    for name in ("cpu", "gpu", "ci"):
+        cfg = preset(name, setting="quality", world="tiny", device="cpu")
+        assert resolve_budgets(cfg) == BUDGETS["quality"]
+        assert torch.equal(validate_config(cfg).lam, sharp)
+    equal4, equal5 = torch.full((4,), 0.25, dtype=torch.float64), torch.full((5,), 0.2, dtype=torch.float64)
+    assert torch.equal(validate_config(preset("ci", setting="compose")).lam, equal5)
+    assert torch.equal(validate_config(preset("ci", setting="timing")).lam, torch.full((2,), 0.5, dtype=torch.float64))
+    assert torch.equal(validate_config(preset("ci", setting="quality", lam=(1, 1, 1, 1))).lam, equal4)
+    assert torch.equal(validate_config(preset("ci", setting="quality", lam=(0, 0, 0, 1))).lam,
+                       torch.tensor([0.0, 0, 0, 1], dtype=torch.float64))
+    # a reward list is not a setting: equal budgets, even when it names quality's rewards
+    assert resolve_budgets(preset("ci", setting="quality", rewards=SETTINGS["quality"])) == ()
+    assert torch.equal(validate_config(preset("ci", rewards=SETTINGS["quality"])).lam, equal4)
+    # the CLI: no --lam takes the setting's budgets, --lam wins
+    for extra, want in (([], sharp), (["--lam", "1,1,1,1"], equal4)):
+        args = build_parser().parse_args(["train", "--preset", "ci", "--setting", "quality", "--out", "x", *extra])
+        assert torch.equal(validate_config(config_from_args(args)).lam, want)
+
+
 def test_cli_bad_input(tmp_path, capsys):
     assert main(["train", "--preset", "ci", "--lam", "1,2", "--out", str(tmp_path / "a")]) == 2
     assert "5 rewards" in capsys.readouterr().err

@@ -14,7 +14,9 @@ def test_demo_same_seeds_same_base_and_writes_summary(tmp_path, monkeypatch):
     result = run_demo(tmp_path / "demo", preset_name="ci", methods=("recast", "uniform"), seeds=(0, 1), iterations=2,
                       workers=1, figure_name="demo_test")
     assert set(result.runs) == {"recast", "uniform"} and all(len(v) == 2 for v in result.runs.values())
-    rows = json.loads((tmp_path / "demo" / "results.json").read_text())["rows"]
+    saved = json.loads((tmp_path / "demo" / "results.json").read_text())
+    assert saved["lam"] == pytest.approx([0.2] * 5)  # the budgets the runs trained with, resolved and normalised
+    rows = saved["rows"]
     by = {(r["method"], r["metric"]): r for r in rows}
     # Both methods start from the same base model with the same eval noise: identical base scores.
     for metric in ("reward/weighted", "reward/color", "judge/strict"):

@@ -205,6 +205,26 @@ def test_fake_world_drives_the_trainer_on_the_protocol_alone(tmp_path, monkeypat
     assert set(run.evals[-1]) >= {"reward/weighted", "judge/mean_brightness"}
 
 
+def test_a_world_without_static_info_may_set_its_settings_default_budgets():
+    """`world_info` reads a live world's optional `setting_budgets`; `resolve_budgets` applies them to their setting."""
+    from recast.config import TrainConfig, resolve_budgets
+
+    weighted = FakeWorld()
+    weighted.setting_budgets = {"bright": (3.0, 1.0)}
+    W.register_world("fake3", lambda arg, **kw: weighted)
+    W.register_world("fake4", lambda arg, **kw: FakeWorld())
+    try:
+        assert W.world_info("fake3").setting_budgets == {"bright": (3.0, 1.0)}
+        assert W.world_info("fake4").setting_budgets == {}
+        cfg = TrainConfig(world="fake3", setting="bright")
+        assert resolve_budgets(cfg) == (3.0, 1.0)
+        assert resolve_budgets(cfg.replace(lam=(1.0, 1.0))) == (1.0, 1.0)  # an explicit λ wins
+        assert resolve_budgets(cfg.replace(rewards=("brightness", "contrast"))) == ()  # a list is not the setting
+        assert resolve_budgets(cfg.replace(world="fake4")) == ()  # no defaults: equal budgets
+    finally:
+        W._REGISTRY.pop("fake3"), W._REGISTRY.pop("fake4")
+
+
 def test_world_info_is_static_and_refuses_bad_worlds_before_loading(tmp_path, monkeypatch):
     calls = []
     W.register_world("fake2", lambda arg, **kw: calls.append(arg) or FakeWorld(),

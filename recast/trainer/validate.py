@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from recast.config import (BACKENDS, METHODS, NFT_NORMS, REPLAY_PRIORITIES, SDE_TYPES, STD_SCOPES, TrainConfig,
-                           check_field_types, resolve_rewards, resolve_world)
+                           check_field_types, resolve_budgets, resolve_rewards, resolve_world)
 from recast.io import check_safetensors, read_json
 from recast.solver import min_temperature
 from recast.trainer.advantages import normalise_budgets, validate_W
@@ -113,7 +113,7 @@ def validate_config(cfg: TrainConfig) -> RunSpec:
         _need(ok, f"config out of range: need {name}")
     world = resolve_world(cfg.world)
     names = resolve_rewards(cfg, world)
-    lam = normalise_budgets(cfg.lam, len(names))
+    lam = normalise_budgets(resolve_budgets(cfg, world), len(names))
     G, B = cfg.group_size, cfg.B
     _need(G >= 2, f"group_size must be >= 2 (advantages compare samples of one prompt), got {G}")
     _need(B % G == 0, f"group_size={G} does not divide the batch size {B}: set batch_size to a multiple of {G}")

@@ -31,6 +31,7 @@ class DigitsWorld:
 
         self.inner = inner
         self.reward_settings: dict[str, tuple[str, ...]] = dict(rewards.SETTINGS)
+        self.setting_budgets: dict[str, tuple[float, ...]] = dict(rewards.BUDGETS)
 
     @property
     def transformer(self) -> torch.nn.Module:
@@ -114,7 +115,7 @@ def info(arg: str | None = None):
         for p in sorted(Path(arg).glob("*.safetensors")):
             check_safetensors(p)
     _check_judge_weights()
-    return WorldInfo(dict(rewards.SETTINGS), rewards.names())
+    return WorldInfo(dict(rewards.SETTINGS), rewards.names(), setting_budgets=dict(rewards.BUDGETS))
 
 
 def _check_judge_weights() -> None:
