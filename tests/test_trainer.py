@@ -126,6 +126,31 @@ def test_bad_out_dir_and_resume(tmp_path):
         Trainer(preset("ci", iterations=2, nft_beta=0.5), tmp_path / "run", resume=True)
 
 
+def test_resume_compares_the_rewards_and_budgets_a_run_trained_with(tmp_path):
+    """A setting's defaults may change between a run and its resume: the run marker's resolved reward names and
+    budgets decide, and naming them (--lam, --rewards) resumes the run as it was."""
+    from recast.io import read_json, write_json
+
+    run = tmp_path / "run"
+    train(preset("ci", setting="quality", iterations=1), run)
+    cfg_json = read_json(run / "config.json")
+    assert cfg_json["lam"] == [] and cfg_json["_run"]["lam"] == pytest.approx([0.55, 0.15, 0.15, 0.15])
+    Trainer(preset("ci", setting="quality", iterations=2), run, resume=True).release()  # nothing changed
+    # a run made when quality's default budgets were equal
+    cfg_json["_run"]["lam"] = [0.25] * 4
+    write_json(run / "config.json", cfg_json)
+    with pytest.raises(ValueError, match=r"trained the budgets \[0.25, 0.25, 0.25, 0.25\].*--lam 0.25,0.25,0.25"):
+        Trainer(preset("ci", setting="quality", iterations=2), run, resume=True)
+    tr = Trainer(preset("ci", setting="quality", lam=(0.25,) * 4, iterations=2), run, resume=True)
+    assert tr.lam.tolist() == [0.25] * 4 and tr.iteration == 1
+    tr.release()
+    # a run made when the setting had other rewards
+    cfg_json["_run"]["reward_names"] = ["sharpness", "clean", "contrast"]
+    write_json(run / "config.json", cfg_json)
+    with pytest.raises(ValueError, match="trained the rewards .*--rewards sharpness,clean,contrast"):
+        Trainer(preset("ci", setting="quality", lam=(0.25,) * 4, iterations=2), run, resume=True)
+
+
 def _tiny_inputs():
     from recast.digits.world import tiny_world
 

@@ -30,6 +30,8 @@ FORMAT = "recast-checkpoint/2"  # version 1 (pickled numpy RNG states) needed we
 LOG_FILES = ("metrics.jsonl", "weights.jsonl", "eval.jsonl")
 # Fields that may change between a run and its resumption (they do not change the trajectory up to the checkpoint).
 RESUMABLE_FIELDS = ("iterations", "progress", "log_with", "checkpoint_every", "eval_every", "grid_every")
+# Fields whose resolved values (reward names, normalised budgets) the run marker holds; `validate` compares those.
+RESOLVED_FIELDS = ("setting", "rewards", "lam")
 # Fields added after runs existed, whose default reproduces those runs exactly: a config.json that lacks one matches
 # a config that holds its default (so runs made before trajectory replay still resume).
 LATER_FIELDS = ("replay_share", "replay_priority", "replay_capacity", "replay_max_age")
@@ -135,7 +137,8 @@ def load_checkpoint(run_dir: str | Path) -> dict:
     return state
 
 
-def check_resume_config(run_dir: str | Path, cfg_dict: dict, source: str | None = None) -> None:
+def check_resume_config(run_dir: str | Path, cfg_dict: dict, source: str | None = None, *,
+                        resolved: tuple[str, ...] = ()) -> None:
     """Raise ValueError naming each field where `cfg_dict` differs from the run's saved config.json.
 
     Fields in RESUMABLE_FIELDS may differ (e.g. more iterations); a field in LATER_FIELDS missing from one side
@@ -145,6 +148,9 @@ def check_resume_config(run_dir: str | Path, cfg_dict: dict, source: str | None 
         run_dir: the run directory.
         cfg_dict: the config to compare (the run's now, or the checkpoint's own).
         source: what `cfg_dict` is, for the message ("now" by default).
+        resolved: fields the caller compares after resolving them instead (`recast.trainer.validate.validate`
+            compares the reward names and budgets a config resolves to with the run marker's, so a run whose
+            setting's defaults changed since can be resumed by naming what it trained: RESOLVED_FIELDS).
     """
     path = Path(run_dir) / "config.json"
     if not path.is_file():
@@ -158,7 +164,7 @@ def check_resume_config(run_dir: str | Path, cfg_dict: dict, source: str | None 
     default = TrainConfig().to_dict()
     later = {k: default[k] for k in LATER_FIELDS}
     diff = [k for k in sorted(set(saved) | set(now))
-            if k not in RESUMABLE_FIELDS and not k.startswith("_")
+            if k not in RESUMABLE_FIELDS and k not in resolved and not k.startswith("_")
             and saved.get(k, later.get(k)) != now.get(k, later.get(k))]
     if diff:
         label = source or "now"

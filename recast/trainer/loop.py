@@ -65,7 +65,7 @@ class Trainer(Persistent):
         # judged only under it, so two runs started together cannot both pass the check and interleave their logs.
         self._lock = RunLock(self.out).acquire() if self.main else None
         try:
-            check_run_dir(self.out, cfg, resume=resume, overwrite=overwrite)
+            check_run_dir(self.out, cfg, resume=resume, overwrite=overwrite, spec=self.spec)
             self._build(resume)
         except BaseException:
             self.release()

@@ -18,7 +18,7 @@ from recast.config import (BACKENDS, METHODS, NFT_NORMS, REPLAY_PRIORITIES, SDE_
 from recast.io import check_safetensors, read_json
 from recast.solver import min_temperature
 from recast.trainer.advantages import normalise_budgets, validate_W
-from recast.trainer.checkpoint import CHECKPOINT, LOG_FILES, check_resume_config
+from recast.trainer.checkpoint import CHECKPOINT, LOG_FILES, RESOLVED_FIELDS, check_resume_config
 
 __all__ = ["RUN_FILES", "RUN_MARKER", "RunSpec", "validate", "validate_config", "check_out_dir", "check_run_dir", "is_recast_run",
            "check_safetensors"]
@@ -185,19 +185,28 @@ def is_recast_run(out_dir: str | os.PathLike) -> bool:
     return isinstance(cfg, dict) and isinstance(cfg.get(RUN_MARKER), dict)
 
 
-def check_run_dir(out: Path, cfg: TrainConfig, *, resume: bool, overwrite: bool) -> None:
+def check_run_dir(out: Path, cfg: TrainConfig, *, resume: bool, overwrite: bool, spec: RunSpec | None = None) -> None:
     """Check what the run directory holds against what was asked for (resume, overwrite or a fresh start).
+
+    Args:
+        spec: the config's `RunSpec`. With it, a resume compares the reward names and normalised budgets the config
+            resolves to with those the run trained with (its config.json's run marker) instead of the raw
+            ``setting``, ``rewards`` and ``lam`` fields, so a run made before a setting's defaults changed resumes
+            when they are named (``--lam``, ``--rewards``). Without it every field is compared as written.
 
     Raises:
         FileNotFoundError: resume without a checkpoint or config.json.
         FileExistsError: a fresh start in a folder that holds a run, or files a run would overwrite.
-        ValueError: resume with a config that differs from config.json, or a config.json that is not a run's.
+        ValueError: resume with a config that differs from config.json, or resolves to other rewards or budgets
+            than the run trained with, or a config.json that is not a run's.
     """
     if resume:
         if not (out / CHECKPOINT).is_file():
             raise FileNotFoundError(f"cannot resume: no checkpoint at {out / CHECKPOINT}")
-        check_resume_config(out, cfg.to_dict())
+        check_resume_config(out, cfg.to_dict(), resolved=RESOLVED_FIELDS if spec is not None else ())
         _need(is_recast_run(out), f"cannot resume: {out / 'config.json'} is not a recast run's config")
+        if spec is not None:
+            _check_resolved(out, cfg, spec)
         return
     present = [f for f in RUN_FILES if (out / f).exists()]
     if present and not overwrite:
@@ -208,6 +217,20 @@ def check_run_dir(out: Path, cfg: TrainConfig, *, resume: bool, overwrite: bool)
                               "overwrite another tool's files: choose another --out (or pass --overwrite)")
 
 
+def _check_resolved(out: Path, cfg: TrainConfig, spec: RunSpec) -> None:
+    """The reward names and budgets of a run's marker against those its config resolves to now."""
+    marker = read_json(out / "config.json")[RUN_MARKER]
+    names, lam = tuple(marker.get("reward_names", spec.reward_names)), marker.get("lam")
+    _need(names == spec.reward_names,
+          f"cannot resume {out}: it trained the rewards {list(names)}, but the config now resolves to "
+          f"{list(spec.reward_names)} (setting {cfg.setting!r}); resume with --rewards {','.join(names)}")
+    same = lam is None or (len(lam) == len(spec.lam) and torch.allclose(
+        torch.tensor(lam, dtype=torch.float64), spec.lam, rtol=0, atol=1e-12))
+    _need(same, f"cannot resume {out}: it trained the budgets {lam}, but the config now resolves to "
+                f"{[round(x, 6) for x in spec.lam.tolist()]} (the setting's default budgets changed?); resume with "
+                f"--lam {','.join(f'{x:g}' for x in (lam or []))}")
+
+
 def validate(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False) -> RunSpec:
     """Check a config and its run directory; returns the config's `RunSpec`.
 
@@ -215,5 +238,5 @@ def validate(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False, ove
         everything `validate_config`, `check_out_dir` and `check_run_dir` raise.
     """
     spec = validate_config(cfg)
-    check_run_dir(check_out_dir(out_dir), cfg, resume=resume, overwrite=overwrite)
+    check_run_dir(check_out_dir(out_dir), cfg, resume=resume, overwrite=overwrite, spec=spec)
     return spec
