@@ -2,11 +2,15 @@
 
     python scripts/kl_tuning.py quality 1 3 30      # trains what is missing under runs/kl/<kl_beta>/, then tabulates
     python scripts/kl_tuning.py --reeval 256 compose 1 3 10   # the same runs, re-scored on 256 samples per policy
+    python scripts/kl_tuning.py --budget sharpness-heavy quality 1   # another budget of the sweep's grid
 
 Each cell is the paired change final − base over seeds 0, 1, 2 (mean, seed-std) and whether it falls by more than a
 seed-std (for the Fréchet distance and defect rates: rises). Writes data/results/kl_tuning_<setting>.csv, or with
 ``--reeval N`` kl_tuning_<setting>_reeval<N>.csv from `recast.alone.reevaluate` (base and final policy on the same N
 samples; the 64-sample training-time evaluations leave a pass rate a binomial s.e. of about 0.06 per run).
+``--budget NAME`` trains that budget of `recast.sweep.budget_grid` instead of the uniform one (runs under
+runs/kl/<kl_beta>/<setting>/<NAME>/, table kl_tuning_<setting>_<NAME>[_reeval<N>].csv): quality's default budgets
+are its sharpness-heavy ones since the KL weight was tuned.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import sys
 import numpy as np
 
 
-def main(setting: str, kls: list[str], reeval: int = 0) -> None:
+def main(setting: str, kls: list[str], reeval: int = 0, budget: str = "uniform") -> None:
     from recast.alone import changes_over_seeds, reevaluate
     from recast.io import write_csv
     from recast.sweep import plan_sweep, results_dir, run_sweep
@@ -24,22 +28,27 @@ def main(setting: str, kls: list[str], reeval: int = 0) -> None:
 
     out = []
     for kl in kls:
-        runs = plan_sweep(settings=(setting,), budgets=("uniform",), methods=("uniform",), seeds=(0, 1, 2),
+        runs = plan_sweep(settings=(setting,), budgets=(budget,), methods=("uniform",), seeds=(0, 1, 2),
                           sets={"kl_beta": kl}, out_root=f"runs/kl/{kl}")
         run_sweep(runs, jobs=2)
         rows = reevaluate(runs, num_prompts=reeval) if reeval else collect(runs)
         for m, c in changes_over_seeds(rows).items():
-            out.append({"setting": setting, "kl_beta": float(kl), "metric": m, "n": c["n"],
+            out.append({"setting": setting, "budget": budget, "kl_beta": float(kl), "metric": m, "n": c["n"],
                         "base": float(np.mean([r[f"base:{m}"] for r in rows])), "delta": c["delta"],
                         "seed_std": c["seed_std"], "worse_by_more_than_std": c["worse"]})
             flag = "  WORSE" if c["worse"] else ""
             print(f"kl_beta={kl:>4} {m:24s} Δ {c['delta']:+9.3f} ± {c['seed_std']:.3f}{flag}")
-    write_csv(results_dir() / f"kl_tuning_{setting}{f'_reeval{reeval}' if reeval else ''}.csv", out)
+    name = setting if budget == "uniform" else f"{setting}_{budget}"
+    write_csv(results_dir() / f"kl_tuning_{name}{f'_reeval{reeval}' if reeval else ''}.csv", out)
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    n = 0
-    if args[:1] == ["--reeval"]:
-        n, args = int(args[1]), args[2:]
-    main(args[0], args[1:], reeval=n)
+    n, budget = 0, "uniform"
+    while args[:1] in (["--reeval"], ["--budget"]):
+        if args[0] == "--reeval":
+            n = int(args[1])
+        else:
+            budget = args[1]
+        args = args[2:]
+    main(args[0], args[1:], reeval=n, budget=budget)
