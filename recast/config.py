@@ -169,6 +169,8 @@ _PRESETS = {
     # iterations the EMA policy is blurrier than the weights
     # (scripts/compose_variants.py, scripts/ema_blur_probe.py). In quality the EMA and the raw weights blur alike
     # (at kl_beta 3: +0.055 and +0.059), so quality keeps 0.9.
+    # Quality's default budgets became sharpness-heavy after this tuning (recast.digits.rewards.BUDGETS); with them 1
+    # still fails (16 fresh draws pooled: colour -0.068 +- 0.058, strict -0.011 +- 0.003), so 2 stays.
     # Tuned on uniform only. A reward list (`rewards=`) or another setting gets the preset's values; an explicit
     # field always wins.
     "cpu": dict(world="data/digit_base", iterations=30, prompts_per_iter=4, group_size=8, num_steps=6,
