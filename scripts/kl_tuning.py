@@ -15,8 +15,6 @@ are its sharpness-heavy ones since the KL weight was tuned.
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 
@@ -43,12 +41,12 @@ def main(setting: str, kls: list[str], reeval: int = 0, budget: str = "uniform")
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    n, budget = 0, "uniform"
-    while args[:1] in (["--reeval"], ["--budget"]):
-        if args[0] == "--reeval":
-            n = int(args[1])
-        else:
-            budget = args[1]
-        args = args[2:]
-    main(args[0], args[1:], reeval=n, budget=budget)
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("setting")
+    ap.add_argument("kl_betas", nargs="+")
+    ap.add_argument("--reeval", type=int, default=0, help="re-score on N samples per policy (0: training-time evals)")
+    ap.add_argument("--budget", default="uniform", help="budget of recast.sweep.budget_grid to train")
+    a = ap.parse_args()
+    main(a.setting, a.kl_betas, reeval=a.reeval, budget=a.budget)
