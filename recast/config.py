@@ -254,13 +254,14 @@ def preset(name: str, **overrides) -> TrainConfig:
     return dataclasses.replace(base, **overrides)
 
 
-def resolve_rewards(cfg: TrainConfig, spec: str | None = None) -> tuple[str, ...]:
+def resolve_rewards(cfg: TrainConfig, spec: str | None = None, *, info=None) -> tuple[str, ...]:
     """Reward names of a config: `cfg.rewards` or the world's setting, checked against the world's static
     description (`recast.world.world_info`: no weights are loaded).
 
     Args:
         cfg: the config.
         spec: the world spec if already resolved (`resolve_world(cfg.world)`).
+        info: the world's `recast.world.WorldInfo` if already read.
 
     Raises:
         ValueError: unknown setting or reward (naming the valid ones), or a bad world spec.
@@ -269,7 +270,7 @@ def resolve_rewards(cfg: TrainConfig, spec: str | None = None) -> tuple[str, ...
     from recast.world import world_info
 
     spec = resolve_world(cfg.world) if spec is None else spec
-    info = world_info(spec)
+    info = world_info(spec) if info is None else info
     if cfg.rewards:
         names = tuple(cfg.rewards)
     else:
@@ -283,18 +284,25 @@ def resolve_rewards(cfg: TrainConfig, spec: str | None = None) -> tuple[str, ...
     return names
 
 
-def resolve_budgets(cfg: TrainConfig, spec: str | None = None) -> tuple[float, ...]:
-    """Budgets of a config before normalisation: `cfg.lam` if given, else its setting's default budgets when the
-    world sets them (`recast.world.WorldInfo.setting_budgets`; the digit world's quality setting is sharpness-heavy,
-    `recast.digits.rewards.BUDGETS`), else () for equal budgets. An explicit reward list (`cfg.rewards`) is not a
-    setting, so it gets equal budgets unless `cfg.lam` says otherwise. Reads the world's static description only.
-    """
+def default_budgets(info, setting: str, *, lam=(), rewards=()) -> tuple[float, ...]:
+    """The budgets rule, given a world's `recast.world.WorldInfo`: `lam` if given, else () for an explicit reward
+    list (it is not a setting), else the setting's default budgets (`WorldInfo.setting_budgets`; the digit world's
+    quality setting is sharpness-heavy, `recast.digits.rewards.BUDGETS`), else () for equal budgets."""
+    if lam or rewards:
+        return tuple(lam)
+    return tuple(info.setting_budgets.get(setting, ()))
+
+
+def resolve_budgets(cfg: TrainConfig, spec: str | None = None, *, info=None) -> tuple[float, ...]:
+    """Budgets of a config before normalisation (`default_budgets` for its `lam`, `rewards` and `setting`). Reads
+    the world's static description only, and only when the setting's defaults are needed (or pass `info`)."""
     from recast.world import world_info
 
     if cfg.lam or cfg.rewards:
         return tuple(cfg.lam)
-    spec = resolve_world(cfg.world) if spec is None else spec
-    return tuple(world_info(spec).setting_budgets.get(cfg.setting, ()))
+    if info is None:
+        info = world_info(resolve_world(cfg.world) if spec is None else spec)
+    return default_budgets(info, cfg.setting)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

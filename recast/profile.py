@@ -46,7 +46,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def _checked(args: argparse.Namespace):
     """Resolve and check every input before any compute; returns (world spec, reward names, lam)."""
-    from recast.config import resolve_world
+    from recast.config import default_budgets, resolve_world
     from recast.informativeness.probe import ESTIMATORS
     from recast.world import world_info
 
@@ -69,8 +69,7 @@ def _checked(args: argparse.Namespace):
         lam = tuple(float(x) for x in args.lam.split(",") if x.strip())
     except ValueError:
         raise ValueError(f"--lam expects comma-separated numbers, got {args.lam!r}") from None
-    if not lam and not args.rewards:
-        lam = tuple(info.setting_budgets.get(args.setting, ()))
+    lam = default_budgets(info, args.setting, lam=lam, rewards=names if args.rewards else ())
     if lam and (len(lam) != len(names) or min(lam) < 0 or sum(lam) <= 0 or any(x != x for x in lam)):
         raise ValueError(f"--lam needs {len(names)} budgets >= 0 with a positive sum, got {args.lam!r}")
     for flag, value, low in [("--num-prompts", args.num_prompts, 4), ("--num-steps", args.num_steps, 1),

@@ -19,6 +19,7 @@ from recast.io import check_safetensors, read_json
 from recast.solver import min_temperature
 from recast.trainer.advantages import normalise_budgets, validate_W
 from recast.trainer.checkpoint import CHECKPOINT, LOG_FILES, RESOLVED_FIELDS, check_resume_config
+from recast.world import world_info
 
 __all__ = ["RUN_FILES", "RUN_MARKER", "RunSpec", "validate", "validate_config", "check_out_dir", "check_run_dir", "is_recast_run",
            "check_safetensors"]
@@ -112,8 +113,9 @@ def validate_config(cfg: TrainConfig) -> RunSpec:
     for name, ok in _ranges(cfg):
         _need(ok, f"config out of range: need {name}")
     world = resolve_world(cfg.world)
-    names = resolve_rewards(cfg, world)
-    lam = normalise_budgets(resolve_budgets(cfg, world), len(names))
+    info = world_info(world)  # read once: the reward names and the setting's default budgets both come from it
+    names = resolve_rewards(cfg, world, info=info)
+    lam = normalise_budgets(resolve_budgets(cfg, world, info=info), len(names))
     G, B = cfg.group_size, cfg.B
     _need(G >= 2, f"group_size must be >= 2 (advantages compare samples of one prompt), got {G}")
     _need(B % G == 0, f"group_size={G} does not divide the batch size {B}: set batch_size to a multiple of {G}")
