@@ -77,3 +77,69 @@ def test_diversity_detects_collapse():
     collapsed = images[:4].repeat(6, 1, 1, 1)
     assert judges.diversity(collapsed, prompts) == pytest.approx(0.0, abs=1e-6)
     assert judges.diversity(images, prompts) > 0.1
+
+
+def test_breakdown_splits_prefers_verdicts_by_the_term_that_decided_them(real):
+    images, prompts = real
+    gen = torch.Generator().manual_seed(6)
+    blurred = degrade(images, "blur", 1.0, gen)
+    # half the pairs get a wrong colour in b, so those are decided by the attribute count
+    colours = list(data.COLORS)
+    wrong = [data.PromptSpec(**{**data.parse_prompt(p).__dict__, "color": colours[
+        (colours.index(data.parse_prompt(p).color) + 1) % len(colours)]}) for p in prompts]
+    b = blurred.clone()
+    half = len(prompts) // 2
+    b[:half] = data.render([w.text for w in wrong[:half]], glyph_split="judge",
+                           generator=torch.Generator().manual_seed(7))
+    v = judges.prefer(images, b, prompts)
+    bd = judges.breakdown(images, b, prompts)
+    assert bd.n == len(prompts)
+    assert bd.faith_wins + bd.quality_wins == int((v > 0).sum())
+    assert bd.faith_losses + bd.quality_losses == int((v < 0).sum())
+    assert bd.ties == int((v == 0).sum())
+    assert bd.win_rate == pytest.approx(judges.win_rate(images, b, prompts).win_rate)
+    faith_a = judges.judge_attributes(images, prompts).count().double()
+    faith_b = judges.judge_attributes(b, prompts).count().double()
+    assert bd.faith_a == pytest.approx(float(faith_a.mean())) and bd.faith_b == pytest.approx(float(faith_b.mean()))
+    assert bd.faith_wins + bd.faith_losses == int((faith_a != faith_b).sum())
+    assert bd.faith_wins >= half * 0.8  # the recoloured half loses on the attribute count
+    assert bd.quality_wins > bd.quality_losses  # the blurred half loses on quality
+    assert bd.distance_b > bd.distance_a and bd.decided_distance_b > bd.decided_distance_a
+    dist = judges.quality_distance(images, prompts)
+    assert bd.distance_a == pytest.approx(float(dist.mean()))
+    # swapping the sides mirrors every count
+    swapped = judges.breakdown(b, images, prompts)
+    assert (swapped.faith_wins, swapped.faith_losses, swapped.quality_wins, swapped.quality_losses, swapped.ties) == \
+        (bd.faith_losses, bd.faith_wins, bd.quality_losses, bd.quality_wins, bd.ties)
+    same = judges.breakdown(images, images.clone(), prompts)
+    assert same.ties == len(prompts) and np.isnan(same.decided_distance_a)
+    with pytest.raises(ValueError):
+        judges.breakdown(images[:0], images[:0], [])
+    with pytest.raises(ValueError):
+        judges.breakdown(images, images[:-1], prompts)
+
+
+def test_precision_recall_closed_forms():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(400, 2))
+    assert judges.precision_recall(a, a) == (1.0, 1.0)
+    # two far clusters; samples that collapse onto one of them keep precision and lose half the recall
+    two = np.concatenate([rng.normal(size=(300, 2)), rng.normal(size=(300, 2)) + 50.0])
+    one = rng.normal(size=(300, 2))
+    p, r = judges.precision_recall(two, one)
+    assert p > 0.95 and r == pytest.approx(0.5, abs=0.05)
+    # recall is precision with the roles swapped
+    assert judges.precision_recall(one, two) == pytest.approx((r, p))
+    far = rng.normal(size=(300, 2)) + 50.0 * np.array([1.0, -1.0])
+    assert judges.precision_recall(two, far) == (0.0, 0.0)
+    # a ball reaches the k-th neighbour: on a line of unit spacing with k = 1 every radius is 1, so a point 0.9
+    # beyond an end is covered and one at 1.1 is not
+    line = np.stack([np.arange(10.0), np.zeros(10)], 1)
+    assert judges.precision_recall(line, np.array([[-0.9, 0.0], [4.5, 0.0], [10.1, 0.0]]), k=1)[0] == \
+        pytest.approx(2 / 3)
+    with pytest.raises(ValueError):
+        judges.precision_recall(a, a, k=0)
+    with pytest.raises(ValueError):
+        judges.precision_recall(a[:3], a, k=3)
+    with pytest.raises(ValueError):
+        judges.precision_recall(a, a[:, :1])

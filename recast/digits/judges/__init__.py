@@ -6,9 +6,11 @@ Fitting happens lazily on first use (cached), never at import.
 
 from recast.digits.judges.attributes import AttributeJudgement, JudgeReport, judge_attributes, judge_report
 from recast.digits.judges.defects import DefectJudgement, DefectReport, defect_report, judge_defects
-from recast.digits.judges.features import diversity, fid, frechet_distance, judge_features
-from recast.digits.judges.preference import WinRate, prefer, quality_distance, win_rate
+from recast.digits.judges.features import diversity, fid, frechet_distance, judge_features, precision_recall
+from recast.digits.judges.preference import (VerdictBreakdown, WinRate, breakdown, prefer, quality_distance,
+                                             win_rate)
 
 __all__ = ["AttributeJudgement", "JudgeReport", "judge_attributes", "judge_report", "DefectJudgement", "DefectReport",
            "defect_report", "judge_defects", "diversity", "fid",
-           "frechet_distance", "judge_features", "WinRate", "prefer", "quality_distance", "win_rate"]
+           "frechet_distance", "judge_features", "precision_recall", "VerdictBreakdown", "WinRate", "breakdown", "prefer",
+           "quality_distance", "win_rate"]
