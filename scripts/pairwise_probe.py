@@ -1,8 +1,10 @@
 """What the pairwise judge sees when it prefers uniform's quality samples to ReCAST's (notebook 06 at 1,024 samples).
 
-    python scripts/pairwise_probe.py                        # quality, every budget, seeds 0-2, ~10 min
+    python scripts/pairwise_probe.py                        # quality, every budget, seeds 0-2, ~16 min
     python scripts/pairwise_probe.py --budgets sharpness-heavy --draws 1
     python scripts/pairwise_probe.py --table data/results/pairwise_probe_quality.csv   # re-print, no sampling
+    python scripts/pairwise_probe.py --rewards sharpness,clean,contrast --budgets uniform,sharpness-heavy \
+        --out-root runs/variants_quality_norealism --name pairwise_probe_quality_norealism   # the ablation's runs
 
 Notebook 06 (``-p draws 4``) found ReCAST losing the pairwise judge to uniform in all five quality budgets (win rate
 0.40-0.44) while every per-image judge tied and ReCAST's Fréchet distance was lower. The pairwise judge decides a
@@ -14,7 +16,11 @@ seeds, `recast.judge_eval.draw_seeds`) and reports, per budget:
   rates exactly;
 - for base, ReCAST and uniform: the mean attribute count, the mean nearest-real distance, improved precision and
   recall against as many real judge-split canvases of the same prompts (`recast.digits.judges.precision_recall`,
-  k = 3), the Fréchet distance and the within-prompt diversity.
+  k = 3), the Fréchet distance and the within-prompt diversity;
+- the win rate with a wider tie band on the distance (a sensitivity check; the judge keeps its own), and against
+  re-drawn real reference sets of 16 and 256 canvases per prompt;
+- among pairs with equal attribute counts, the Spearman correlation of the distance shift (ReCAST − uniform) with
+  the paired change of each quality reward and defect verdict: what goes with a sample being farther from real.
 
 Precision reads fidelity (does a sample look like some real canvas), recall coverage (does the policy reach the real
 variety); the Fréchet distance mixes both, the pairwise quality term reads only the first. Writes
@@ -27,6 +33,29 @@ from __future__ import annotations
 import argparse
 
 TOLERANCES: tuple[float, ...] = (0.05, 0.5, 1.0, 2.0)  # quality-distance tie bands; 0.05 is the judge's own
+REFERENCES: tuple[int, ...] = (16, 256)  # real canvases per prompt of the re-drawn reference sets (the judge's: 16)
+
+
+def nearest_real(feats, prompts: list[str], refs: dict):
+    """Distance ``(B,)`` from each feature row to the nearest of its prompt's reference features ``refs[prompt]``."""
+    import torch
+
+    return torch.stack([(refs[p] - f[None]).norm(dim=-1).min() for f, p in zip(feats, prompts)])
+
+
+def reference_sets(prompts: list[str], k: int):
+    """Judge features of ``k`` real judge-split canvases per prompt, drawn apart from the judge's own references
+    (generator seed 10_000 + k * 1_000 + the prompt's index)."""
+    import torch
+
+    from recast.digits import data, judges
+
+    order = data.all_specs()
+    out = {}
+    for p in dict.fromkeys(prompts):
+        gen = torch.Generator().manual_seed(10_000 + k * 1_000 + order.index(data.parse_prompt(p)))
+        out[p] = judges.judge_features(data.render([p] * k, glyph_split="judge", generator=gen))
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -45,15 +74,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--num-prompts", type=int, default=256)
     ap.add_argument("--draws", type=int, default=4, help="per-seed draws, as notebook 06's -p draws")
     ap.add_argument("--out-root", default="runs/sweep")
+    ap.add_argument("--rewards", default="", help="the reward list the runs trained (plan_sweep's sets), if not the "
+                                                  "setting's")
+    ap.add_argument("--name", default="", help="CSV name stem (default pairwise_probe_<setting>)")
     ap.add_argument("--table", help="print the table of a CSV this script wrote, without sampling")
     args = ap.parse_args(argv)
     if args.table:
         return report(read_csv(args.table))
 
-    budgets = tuple(b for b in args.budgets.split(",") if b) or tuple(budget_grid(SETTINGS[args.setting]))
+    rewards = tuple(r for r in args.rewards.split(",") if r) or SETTINGS[args.setting]
+    budgets = tuple(b for b in args.budgets.split(",") if b) or tuple(budget_grid(rewards))
     seeds = tuple(int(s) for s in args.seeds.split(","))
     runs = plan_sweep(settings=(args.setting,), budgets=budgets, methods=("recast", "uniform"), seeds=seeds,
-                      out_root=args.out_root)
+                      out_root=args.out_root, sets={"rewards": ",".join(rewards)} if args.rewards else None)
     missing = [str(r.out_dir) for r in runs if not is_finished(r)]
     if missing:
         raise SystemExit(f"unfinished runs (run notebook 05 first): {missing}")
@@ -67,6 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         real = torch.cat([data.render(prompts[:args.num_prompts], glyph_split="judge",
                                       generator=torch.Generator().manual_seed(1000 + ns)) for ns in noise])
         real_feats = judges.judge_features(real)
+        refs = {k: reference_sets(prompts, k) for k in REFERENCES}
 
         def sample(p):
             return torch.cat([sample_policy(p, prompts[:args.num_prompts], seed=ns) for ns in noise])
@@ -98,6 +132,27 @@ def main(argv: list[str] | None = None) -> None:
             for tol in TOLERANCES:
                 v = torch.where(faith != 0, faith.sign(), torch.where(dq_all.abs() < tol, 0, -dq_all.sign()))
                 by_tol[f"win_rate_tol{tol:g}"] = float(((v > 0).sum() + (v == 0).sum() / 2) / len(v))
+            # what goes with a larger distance: the quality rewards' and the defect judges' paired changes
+            from scipy.stats import spearmanr
+
+            same = faith == 0
+            defects = {m: judges.judge_defects(images[m]) for m in ("recast", "uniform")}
+            for name in SETTINGS["quality"]:
+                fn = base.world.reward(name, "cpu")
+                d = (fn(images["recast"], prompts) - fn(images["uniform"], prompts)).double()
+                by_tol[f"rho_{name}"] = float(spearmanr(d[same], dq).statistic)
+                by_tol[f"delta_{name}"] = float(d.mean())
+            for k in ("blur", "speckle", "fade"):
+                d = getattr(defects["recast"], k).double() - getattr(defects["uniform"], k).double()
+                by_tol[f"rho_{k}"] = float(spearmanr(d[same], dq).statistic)
+            # the same judge against re-drawn reference sets: another 16 canvases per prompt, and 256
+            feats = {m: judges.judge_features(images[m]) for m in ("recast", "uniform")}
+            for k, ref in refs.items():
+                d = nearest_real(feats["recast"], prompts, ref) - nearest_real(feats["uniform"], prompts, ref)
+                v = torch.where(faith != 0, faith.sign(), torch.where(d.abs() < judges.preference.TIE_TOLERANCE,
+                                                                      0, -d.sign()))
+                by_tol[f"win_rate_refs{k}"] = float(((v > 0).sum() + (v == 0).sum() / 2) / len(v))
+                by_tol[f"dq_mean_refs{k}"] = float(d[faith == 0].mean())
             rows.append({"budget": b, "seed": seed, "policy": "recast vs uniform", "n": bd.n,
                          "win_rate": bd.win_rate, **{k: getattr(bd, k) for k in (
                              "faith_wins", "faith_losses", "quality_wins", "quality_losses", "ties",
@@ -105,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
                          "dq_mean": float(dq.mean()), "dq_median": float(dq.median()), "dq_sd": float(dq.std()),
                          "dq_small": float((dq.abs() < 1.0).double().mean()), **by_tol})
             print(f"seed {seed} {b}: win rate {bd.win_rate:.4f}", flush=True)
-    path = results_dir() / f"pairwise_probe_{args.setting}.csv"
+    path = results_dir() / f"{args.name or 'pairwise_probe_' + args.setting}.csv"
     write_csv(path, rows)
     print(f"wrote {path}")
     report(rows)
@@ -142,6 +197,23 @@ def report(rows: list[dict]) -> None:
         for b in budgets:
             ps = [r for r in pairs if r["budget"] == b]
             print(f"{b:16s} " + " ".join(f"{np.mean([f(r[k]) for r in ps]):10.3f}" for k in tol_keys))
+    ref_keys = [k for k in pairs[0] if k.startswith("win_rate_refs")]
+    if ref_keys:
+        print("\nwin rate and mean distance shift R - U (mean over seeds) against re-drawn real reference sets")
+        print(f"{'budget':16s} " + " ".join(f"{k[len('win_rate_refs'):] + ' refs/prompt':>24s}" for k in ref_keys))
+        for b in budgets:
+            ps = [r for r in pairs if r["budget"] == b]
+            print(f"{b:16s} " + " ".join(
+                f"{np.mean([f(r[k]) for r in ps]):10.3f} {np.mean([f(r[k.replace('win_rate', 'dq_mean')]) for r in ps]):+13.3f}"
+                for k in ref_keys))
+    rho_keys = [k for k in pairs[0] if k.startswith("rho_")]
+    if rho_keys:
+        print("\nequal-attribute pairs: Spearman of the distance shift R - U with each paired change R - U "
+              "(mean over seeds)")
+        print(f"{'budget':16s} " + " ".join(f"{k[4:]:>10s}" for k in rho_keys))
+        for b in budgets:
+            ps = [r for r in pairs if r["budget"] == b]
+            print(f"{b:16s} " + " ".join(f"{np.nanmean([f(r[k]) for r in ps]):+10.3f}" for k in rho_keys))
     keys = ("attributes_right", "nearest_real", "precision", "recall", "frechet", "diversity")
     print(f"\n{'budget':16s} {'policy':8s} " + " ".join(f"{k:>17s}" for k in keys))
     for b in [""] + budgets:
