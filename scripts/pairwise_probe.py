@@ -1,10 +1,10 @@
 """What the pairwise judge sees when it prefers uniform's quality samples to ReCAST's (notebook 06 at 1,024 samples).
 
-    python scripts/pairwise_probe.py                        # quality, every budget, seeds 0-2, ~16 min
+    python scripts/pairwise_probe.py                        # quality, every budget, seeds 0-2, ~9 min
     python scripts/pairwise_probe.py --budgets sharpness-heavy --draws 1
     python scripts/pairwise_probe.py --table data/results/pairwise_probe_quality.csv   # re-print, no sampling
     python scripts/pairwise_probe.py --rewards sharpness,clean,contrast --budgets uniform,sharpness-heavy \
-        --out-root runs/variants_quality_norealism --name pairwise_probe_quality_norealism   # the ablation's runs
+        --out-root runs/variants_quality_norealism --name pairwise_probe_quality_norealism   # an ablation, 4.5 min
 
 Notebook 06 (``-p draws 4``) found ReCAST losing the pairwise judge to uniform in all five quality budgets (win rate
 0.40-0.44) while every per-image judge tied and ReCAST's Fréchet distance was lower. The pairwise judge decides a
