@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out-root", default="runs/sweep")
     ap.add_argument("--rewards", default="", help="the reward list the runs trained (plan_sweep's sets), if not the "
                                                   "setting's")
+    ap.add_argument("--method", default="recast", help="the method judged against the baseline")
+    ap.add_argument("--baseline", default="uniform")
+    ap.add_argument("--baseline-root", default="", help="where the baseline's runs are, if not under --out-root")
     ap.add_argument("--name", default="", help="CSV name stem (default pairwise_probe_<setting>)")
     ap.add_argument("--table", help="print the table of a CSV this script wrote, without sampling")
     args = ap.parse_args(argv)
@@ -85,8 +88,12 @@ def main(argv: list[str] | None = None) -> None:
     rewards = tuple(r for r in args.rewards.split(",") if r) or SETTINGS[args.setting]
     budgets = tuple(b for b in args.budgets.split(",") if b) or tuple(budget_grid(rewards))
     seeds = tuple(int(s) for s in args.seeds.split(","))
-    runs = plan_sweep(settings=(args.setting,), budgets=budgets, methods=("recast", "uniform"), seeds=seeds,
-                      out_root=args.out_root, sets={"rewards": ",".join(rewards)} if args.rewards else None)
+    A, B = args.method, args.baseline
+    sets = {"rewards": ",".join(rewards)} if args.rewards else None
+    runs = plan_sweep(settings=(args.setting,), budgets=budgets, methods=(A,), seeds=seeds, out_root=args.out_root,
+                      sets=sets)
+    runs += plan_sweep(settings=(args.setting,), budgets=budgets, methods=(B,), seeds=seeds, sets=sets,
+                       out_root=args.baseline_root or args.out_root)
     missing = [str(r.out_dir) for r in runs if not is_finished(r)]
     if missing:
         raise SystemExit(f"unfinished runs (run notebook 05 first): {missing}")
@@ -94,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     for seed in seeds:
         noise = draw_seeds(0, seed, args.draws, per_seed=True)
         by_budget = {b: {r.method: r for r in runs if r.budget == b and r.seed == seed} for b in budgets}
-        base = load_policy(by_budget[budgets[0]]["recast"].out_dir, which="base")
+        base = load_policy(by_budget[budgets[0]][A].out_dir, which="base")
         pool = base.world.prompts("test")
         prompts = [pool[i % len(pool)] for i in range(args.num_prompts)] * len(noise)
         real = torch.cat([data.render(prompts[:args.num_prompts], glyph_split="judge",
@@ -120,12 +127,12 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(describe("", "base", sample(base)))
         for b in budgets:
             images = {m: sample(load_policy(r.out_dir)) for m, r in by_budget[b].items()}
-            rows += [describe(b, m, images[m]) for m in ("recast", "uniform")]
-            bd = judges.breakdown(images["recast"], images["uniform"], prompts)
-            faith = (judges.judge_attributes(images["recast"], prompts).count()
-                     - judges.judge_attributes(images["uniform"], prompts).count())
-            dq_all = (judges.quality_distance(images["recast"], prompts)
-                      - judges.quality_distance(images["uniform"], prompts))  # > 0: uniform closer to real
+            rows += [describe(b, m, images[m]) for m in (A, B)]
+            bd = judges.breakdown(images[A], images[B], prompts)
+            faith = judges.judge_attributes(images[A], prompts).count() - judges.judge_attributes(images[B],
+                                                                                                    prompts).count()
+            dq_all = (judges.quality_distance(images[A], prompts)
+                      - judges.quality_distance(images[B], prompts))  # > 0: the baseline closer to real
             dq = dq_all[faith == 0]
             # the same judge with a wider tie band on the quality term (the committed judge: TIE_TOLERANCE)
             by_tol = {}
@@ -136,24 +143,24 @@ def main(argv: list[str] | None = None) -> None:
             from scipy.stats import spearmanr
 
             same = faith == 0
-            defects = {m: judges.judge_defects(images[m]) for m in ("recast", "uniform")}
+            defects = {m: judges.judge_defects(images[m]) for m in (A, B)}
             for name in SETTINGS["quality"]:
                 fn = base.world.reward(name, "cpu")
-                d = (fn(images["recast"], prompts) - fn(images["uniform"], prompts)).double()
+                d = (fn(images[A], prompts) - fn(images[B], prompts)).double()
                 by_tol[f"rho_{name}"] = float(spearmanr(d[same], dq).statistic)
                 by_tol[f"delta_{name}"] = float(d.mean())
             for k in ("blur", "speckle", "fade"):
-                d = getattr(defects["recast"], k).double() - getattr(defects["uniform"], k).double()
+                d = getattr(defects[A], k).double() - getattr(defects[B], k).double()
                 by_tol[f"rho_{k}"] = float(spearmanr(d[same], dq).statistic)
             # the same judge against re-drawn reference sets: another 16 canvases per prompt, and 256
-            feats = {m: judges.judge_features(images[m]) for m in ("recast", "uniform")}
+            feats = {m: judges.judge_features(images[m]) for m in (A, B)}
             for k, ref in refs.items():
-                d = nearest_real(feats["recast"], prompts, ref) - nearest_real(feats["uniform"], prompts, ref)
+                d = nearest_real(feats[A], prompts, ref) - nearest_real(feats[B], prompts, ref)
                 v = torch.where(faith != 0, faith.sign(), torch.where(d.abs() < judges.preference.TIE_TOLERANCE,
                                                                       0, -d.sign()))
                 by_tol[f"win_rate_refs{k}"] = float(((v > 0).sum() + (v == 0).sum() / 2) / len(v))
                 by_tol[f"dq_mean_refs{k}"] = float(d[faith == 0].mean())
-            rows.append({"budget": b, "seed": seed, "policy": "recast vs uniform", "n": bd.n,
+            rows.append({"budget": b, "seed": seed, "policy": f"{A} vs {B}", "n": bd.n,
                          "win_rate": bd.win_rate, **{k: getattr(bd, k) for k in (
                              "faith_wins", "faith_losses", "quality_wins", "quality_losses", "ties",
                              "decided_distance_a", "decided_distance_b")},
@@ -174,8 +181,9 @@ def report(rows: list[dict]) -> None:
         return float(x) if x not in ("", None) else float("nan")
 
     budgets = list(dict.fromkeys(r["budget"] for r in rows if r["budget"]))
-    pairs = [r for r in rows if r["policy"] == "recast vs uniform"]
-    print(f"\nReCAST vs uniform, pairwise judge, {int(f(pairs[0]['n']))} pairs per seed "
+    pairs = [r for r in rows if " vs " in r["policy"]]
+    A, B = pairs[0]["policy"].split(" vs ")
+    print(f"\n{A} (R) vs {B} (U), pairwise judge, {int(f(pairs[0]['n']))} pairs per seed "
           f"(share of pairs, mean over seeds)")
     print(f"{'budget':16s} {'win rate':>9s} {'by attributes W/L':>18s} {'by quality W/L':>16s} {'ties':>6s} "
           f"{'decided dist. R/U':>18s} {'dist. R - U: mean, median, sd':>30s} {'|R - U| < 1':>12s}")
@@ -217,8 +225,8 @@ def report(rows: list[dict]) -> None:
     keys = ("attributes_right", "nearest_real", "precision", "recall", "frechet", "diversity")
     print(f"\n{'budget':16s} {'policy':8s} " + " ".join(f"{k:>17s}" for k in keys))
     for b in [""] + budgets:
-        for pol in ("real", "base") if not b else ("recast", "uniform"):
-            rs = [r for r in rows if r["budget"] == b and r["policy"] == pol]
+        for pol in ("real", "base") if not b else (A, B):
+            rs = [r for r in rows if (r["budget"] or "") == b and r["policy"] == pol]  # a CSV reads "" as None
             cells = []
             for k in keys:
                 v = np.array([f(r[k]) for r in rs])

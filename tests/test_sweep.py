@@ -6,6 +6,7 @@ import shlex
 
 import numpy as np
 import pytest
+import torch
 
 from recast.io import write_json
 from recast.sweep import EMPHASIS, budget_grid, is_finished, lambda_grid, plan_sweep, run_sweep
@@ -192,3 +193,38 @@ def test_compare_and_training_change_floor_a_pass_rate_spread_at_one_prompt():
     # final - base: strict rises by (20 + seed + 1) / 64 - 1/4 = (5 + seed) / 64, a spread of one step: still clear
     change = {(c["method"], c["metric"]): c for c in training_change(rows)}
     assert change[("recast", "judge/strict")]["verdict"] == "better"
+
+
+def test_fixed_w_runs_mean_W_keeps_the_marginals(tmp_path):
+    """scripts/fixed_w_runs.py averages ReCAST's applied W over iterations and seeds: the mean of matrices with the
+    same row sums (λ) and equal column sums has them too, so `method=fixed` accepts it; bad records are refused."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from recast.solver import solve_weights
+    from recast.trainer.advantages import validate_W
+
+    spec = importlib.util.spec_from_file_location(
+        "fixed_w_runs", Path(__file__).resolve().parents[1] / "scripts" / "fixed_w_runs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    lam = torch.tensor([0.55, 0.15, 0.15, 0.15], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(0)
+    Ws = [solve_weights(torch.rand(4, 6, generator=gen, dtype=torch.float64), lam, temperature=1.0) for _ in range(5)]
+    for i, chunk in enumerate((Ws[:2], Ws[2:])):
+        d = tmp_path / f"seed_{i}"
+        d.mkdir()
+        (d / "weights.jsonl").write_text("".join(json.dumps({"iteration": j + 1, "W": W.tolist()}) + "\n"
+                                                 for j, W in enumerate(chunk)))
+    mean = np.asarray(mod.mean_W([tmp_path / "seed_0", tmp_path / "seed_1"]))
+    assert np.allclose(mean, torch.stack(Ws).mean(0).numpy())
+    assert np.allclose(mean.sum(1), lam.numpy()) and np.allclose(mean.sum(0), 1 / 6)
+    assert not np.allclose(mean, lam.numpy()[:, None] / 6)  # not the static W: the timing is kept
+    validate_W(mean.tolist(), lam, 6)  # accepted as a fixed W
+    (tmp_path / "seed_1" / "weights.jsonl").write_text(json.dumps({"W": [[1.0, 0.0]]}) + "\n")
+    with pytest.raises(ValueError, match="shapes"):
+        mod.mean_W([tmp_path / "seed_0", tmp_path / "seed_1"])
+    (tmp_path / "seed_1" / "weights.jsonl").write_text("")
+    with pytest.raises(ValueError, match="no W"):
+        mod.mean_W([tmp_path / "seed_1"])

@@ -1,0 +1,75 @@
+"""Train ``method=fixed`` at ReCAST's time-averaged W: does ReCAST's timing, or its re-solving, make the difference?
+
+    python scripts/fixed_w_runs.py quality --budgets uniform,sharpness-heavy      # 6 runs, about 5 min on 2 cores
+    python scripts/pairwise_probe.py --method fixed --budgets uniform,sharpness-heavy --out-root runs/fixed \\
+        --baseline-root runs/sweep --name pairwise_probe_quality_fixed
+
+For each budget of a finished λ-sweep cell (notebook 05's runs under ``--from-root``), the W that ReCAST applied is
+averaged over every iteration and seed (``weights.jsonl``; the iterations before the tracker is ready hold λ/T and
+count too). The mean of matrices with the same row and column sums has those sums, so it is a valid fixed W. The
+fixed-W runs then train the same seeds, budgets, preset and rewards with that W from the first iteration, so they
+keep ReCAST's average timing and drop its iteration-to-iteration re-solving. The W used is written to
+``<out-root>/<setting>/<budget>/mean_W.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def mean_W(run_dirs: list) -> list[list[float]]:
+    """Mean of the W rows of every iteration of every run's ``weights.jsonl`` ((K, T) nested lists).
+
+    Raises:
+        FileNotFoundError: a run without weights.jsonl; ValueError: no W records or shapes that differ.
+    """
+    import json
+    from pathlib import Path
+
+    import numpy as np
+
+    Ws = []
+    for d in run_dirs:
+        with open(Path(d) / "weights.jsonl") as f:
+            Ws += [np.asarray(json.loads(line)["W"], dtype=np.float64) for line in f if line.strip()]
+    if not Ws or len({w.shape for w in Ws}) != 1:
+        raise ValueError(f"no W records, or W shapes that differ, in {run_dirs}")
+    return np.mean(Ws, axis=0).tolist()
+
+
+def main(argv: list[str] | None = None) -> None:
+    from recast.io import write_json
+    from recast.sweep import is_finished, plan_sweep, run_sweep
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("setting")
+    ap.add_argument("--budgets", required=True, help="comma-separated sweep budgets")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--from-root", default="runs/sweep", help="the sweep whose ReCAST runs give the W")
+    ap.add_argument("--out-root", default="runs/fixed")
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args(argv)
+
+    seeds = tuple(int(s) for s in args.seeds.split(","))
+    for budget in args.budgets.split(","):
+        src = plan_sweep(settings=(args.setting,), budgets=(budget,), methods=("recast",), seeds=seeds,
+                         out_root=args.from_root)
+        missing = [str(r.out_dir) for r in src if not is_finished(r)]
+        if missing:
+            raise SystemExit(f"unfinished ReCAST runs (run notebook 05 first): {missing}")
+        W = mean_W([r.out_dir for r in src])
+        text = ";".join(",".join(f"{x:.10g}" for x in row) for row in W)
+        runs = plan_sweep(settings=(args.setting,), budgets=(budget,), methods=("fixed",), seeds=seeds,
+                          sets={"fixed_W": text, "eval_every": 5, "progress": False}, out_root=args.out_root)
+        out = runs[0].out_dir.parents[1]
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "mean_W.json", {"setting": args.setting, "budget": budget, "lam": list(src[0].lam),
+                                         "from": [str(r.out_dir) for r in src], "W": W})
+        report = run_sweep(runs, jobs=args.jobs)
+        if report.failed:
+            raise SystemExit(f"failed runs: {report.failed}")
+        print(f"{budget}: W = {[[round(x, 4) for x in row] for row in W]}; trained {len(report.ran)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
