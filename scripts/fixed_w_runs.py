@@ -1,6 +1,7 @@
 """Train ``method=fixed`` at ReCAST's time-averaged W: does ReCAST's timing, or its re-solving, make the difference?
 
-    python scripts/fixed_w_runs.py quality --budgets uniform,sharpness-heavy      # 6 runs, about 5 min on 2 cores
+    python scripts/fixed_w_runs.py quality --budgets uniform,sharpness-heavy      # 6 runs, about 7 min on 2 cores
+    python scripts/fixed_w_runs.py compose --budgets uniform --evaluate           # + notebook 06's judges, 1,024/seed
     python scripts/pairwise_probe.py --method fixed --budgets uniform,sharpness-heavy --out-root runs/fixed \\
         --baseline-root runs/sweep --name pairwise_probe_quality_fixed
 
@@ -10,6 +11,11 @@ count too). The mean of matrices with the same row and column sums has those sum
 fixed-W runs then train the same seeds, budgets, preset and rewards with that W from the first iteration, so they
 keep ReCAST's average timing and drop its iteration-to-iteration re-solving. The W used is written to
 ``<out-root>/<setting>/<budget>/mean_W.json``.
+
+``--evaluate`` then scores the fixed-W runs beside the sweep's ReCAST and uniform runs with notebook 06's evaluation
+at its 1,024-sample protocol (`recast.judge_eval.evaluate_sweep`, method ``fixed``, 4 per-seed draws of 256 test
+prompts): pairwise win rates against each, and the paired per-judge differences. Writes
+data/results/fixed_w_<setting>{,_compare}.csv.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--from-root", default="runs/sweep", help="the sweep whose ReCAST runs give the W")
     ap.add_argument("--out-root", default="runs/fixed")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--evaluate", action="store_true", help="then score them as notebook 06 does (1,024 per seed)")
     args = ap.parse_args(argv)
 
     seeds = tuple(int(s) for s in args.seeds.split(","))
@@ -69,6 +76,35 @@ def main(argv: list[str] | None = None) -> None:
         if report.failed:
             raise SystemExit(f"failed runs: {report.failed}")
         print(f"{budget}: W = {[[round(x, 4) for x in row] for row in W]}; trained {len(report.ran)}", flush=True)
+    if args.evaluate:
+        evaluate(args.setting, args.budgets.split(","), seeds, args.from_root, args.out_root)
+
+
+def evaluate(setting: str, budgets: list[str], seeds: tuple[int, ...], from_root: str, out_root: str) -> None:
+    """Notebook 06's evaluation (1,024 samples per seed) of the fixed-W runs against the sweep's ReCAST and uniform
+    runs: writes data/results/fixed_w_<setting>.csv (pairwise) and fixed_w_<setting>_compare.csv (per judge)."""
+    from recast.io import write_csv
+    from recast.judge_eval import evaluate_sweep, judge_runs
+    from recast.sweep import plan_sweep, results_dir
+    from recast.sweep_results import compare
+
+    runs = []
+    for budget in budgets:
+        runs += plan_sweep(settings=(setting,), budgets=(budget,), methods=("fixed",), seeds=seeds, out_root=out_root)
+        runs += plan_sweep(settings=(setting,), budgets=(budget,), methods=("recast", "uniform"), seeds=seeds,
+                           out_root=from_root)
+    ev = evaluate_sweep(runs, method="fixed", num_prompts=256, draws=4, per_seed=True)
+    write_csv(results_dir() / f"fixed_w_{setting}.csv", ev.win_rows)
+    paired = judge_runs(ev.judge_rows, 1024)
+    rows = [row for b in ("uniform", "recast") for row in compare(paired, method="fixed", baseline=b)]
+    rows += compare(paired, method="recast", baseline="uniform")
+    write_csv(results_dir() / f"fixed_w_{setting}_compare.csv", rows)
+    for w in ev.win_rows:
+        print(f"{w['budget']}: fixed vs {w['baseline']}: pairwise {w['seed_rates']} ({w['verdict']})")
+    for r in rows:
+        if r["metric"].startswith("judge/"):
+            print(f"{r['budget']} {r['method']} - {r['baseline']} {r['metric']}: {r['diff']:+.4f} "
+                  f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] {r['verdict']}")
 
 
 if __name__ == "__main__":
