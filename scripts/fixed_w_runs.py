@@ -24,7 +24,7 @@ import argparse
 
 
 def mean_W(run_dirs: list) -> list[list[float]]:
-    """Mean of the W rows of every iteration of every run's ``weights.jsonl`` ((K, T) nested lists).
+    """Mean of the W records of every iteration of every run's ``weights.jsonl`` ((K, T) nested lists).
 
     Raises:
         FileNotFoundError: a run without weights.jsonl; ValueError: no W records or shapes that differ.

@@ -60,6 +60,7 @@ def reference_sets(prompts: list[str], k: int):
 
 def main(argv: list[str] | None = None) -> None:
     import torch
+    from scipy.stats import spearmanr
 
     from recast.digits import data, judges
     from recast.digits.rewards import SETTINGS
@@ -135,37 +136,35 @@ def main(argv: list[str] | None = None) -> None:
                       - judges.quality_distance(images[B], prompts))  # > 0: the baseline closer to real
             dq = dq_all[faith == 0]
             # the same judge with a wider tie band on the quality term (the committed judge: TIE_TOLERANCE)
-            by_tol = {}
+            extra = {}
             for tol in TOLERANCES:
                 v = torch.where(faith != 0, faith.sign(), torch.where(dq_all.abs() < tol, 0, -dq_all.sign()))
-                by_tol[f"win_rate_tol{tol:g}"] = float(((v > 0).sum() + (v == 0).sum() / 2) / len(v))
+                extra[f"win_rate_tol{tol:g}"] = float(((v > 0).sum() + (v == 0).sum() / 2) / len(v))
             # what goes with a larger distance: the quality rewards' and the defect judges' paired changes
-            from scipy.stats import spearmanr
-
             same = faith == 0
             defects = {m: judges.judge_defects(images[m]) for m in (A, B)}
             for name in SETTINGS["quality"]:
                 fn = base.world.reward(name, "cpu")
                 d = (fn(images[A], prompts) - fn(images[B], prompts)).double()
-                by_tol[f"rho_{name}"] = float(spearmanr(d[same], dq).statistic)
-                by_tol[f"delta_{name}"] = float(d.mean())
+                extra[f"rho_{name}"] = float(spearmanr(d[same], dq).statistic)
+                extra[f"delta_{name}"] = float(d.mean())
             for k in ("blur", "speckle", "fade"):
                 d = getattr(defects[A], k).double() - getattr(defects[B], k).double()
-                by_tol[f"rho_{k}"] = float(spearmanr(d[same], dq).statistic)
+                extra[f"rho_{k}"] = float(spearmanr(d[same], dq).statistic)
             # the same judge against re-drawn reference sets: another 16 canvases per prompt, and 256
             feats = {m: judges.judge_features(images[m]) for m in (A, B)}
             for k, ref in refs.items():
                 d = nearest_real(feats[A], prompts, ref) - nearest_real(feats[B], prompts, ref)
                 v = torch.where(faith != 0, faith.sign(), torch.where(d.abs() < judges.preference.TIE_TOLERANCE,
                                                                       0, -d.sign()))
-                by_tol[f"win_rate_refs{k}"] = float(((v > 0).sum() + (v == 0).sum() / 2) / len(v))
-                by_tol[f"dq_mean_refs{k}"] = float(d[faith == 0].mean())
+                extra[f"win_rate_refs{k}"] = float(((v > 0).sum() + (v == 0).sum() / 2) / len(v))
+                extra[f"dq_mean_refs{k}"] = float(d[faith == 0].mean())
             rows.append({"budget": b, "seed": seed, "policy": f"{A} vs {B}", "n": bd.n,
                          "win_rate": bd.win_rate, **{k: getattr(bd, k) for k in (
                              "faith_wins", "faith_losses", "quality_wins", "quality_losses", "ties",
                              "decided_distance_a", "decided_distance_b")},
                          "dq_mean": float(dq.mean()), "dq_median": float(dq.median()), "dq_sd": float(dq.std()),
-                         "dq_small": float((dq.abs() < 1.0).double().mean()), **by_tol})
+                         "dq_small": float((dq.abs() < 1.0).double().mean()), **extra})
             print(f"seed {seed} {b}: win rate {bd.win_rate:.4f}", flush=True)
     path = results_dir() / f"{args.name or 'pairwise_probe_' + args.setting}.csv"
     write_csv(path, rows)
@@ -211,9 +210,9 @@ def report(rows: list[dict]) -> None:
         print(f"{'budget':16s} " + " ".join(f"{k[len('win_rate_refs'):] + ' refs/prompt':>24s}" for k in ref_keys))
         for b in budgets:
             ps = [r for r in pairs if r["budget"] == b]
-            print(f"{b:16s} " + " ".join(
-                f"{np.mean([f(r[k]) for r in ps]):10.3f} {np.mean([f(r[k.replace('win_rate', 'dq_mean')]) for r in ps]):+13.3f}"
-                for k in ref_keys))
+            cells = [(np.mean([f(r[k]) for r in ps]), np.mean([f(r[k.replace("win_rate", "dq_mean")]) for r in ps]))
+                     for k in ref_keys]
+            print(f"{b:16s} " + " ".join(f"{w:10.3f} {d:+13.3f}" for w, d in cells))
     rho_keys = [k for k in pairs[0] if k.startswith("rho_")]
     if rho_keys:
         print("\nequal-attribute pairs: Spearman of the distance shift R - U with each paired change R - U "

@@ -11,6 +11,5 @@ from recast.digits.judges.preference import (VerdictBreakdown, WinRate, breakdow
                                              win_rate)
 
 __all__ = ["AttributeJudgement", "JudgeReport", "judge_attributes", "judge_report", "DefectJudgement", "DefectReport",
-           "defect_report", "judge_defects", "diversity", "fid",
-           "frechet_distance", "judge_features", "precision_recall", "VerdictBreakdown", "WinRate", "breakdown", "prefer",
-           "quality_distance", "win_rate"]
+           "defect_report", "judge_defects", "diversity", "fid", "frechet_distance", "judge_features",
+           "precision_recall", "VerdictBreakdown", "WinRate", "breakdown", "prefer", "quality_distance", "win_rate"]
