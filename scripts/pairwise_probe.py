@@ -197,30 +197,28 @@ def report(rows: list[dict]) -> None:
               f"{m['quality_wins']:8.3f}/{m['quality_losses']:.3f} {m['ties']:6.3f} "
               f"{m['decided_distance_a']:9.3f}/{m['decided_distance_b']:.3f} "
               f"{m['dq_mean']:+10.3f} {m['dq_median']:+8.3f} {m['dq_sd']:8.3f} {m['dq_small']:12.3f}")
-    tol_keys = [k for k in pairs[0] if k.startswith("win_rate_tol")]
-    if tol_keys:
-        print("\nwin rate (mean over seeds) when quality differences below a tie band count as ties")
-        print(f"{'budget':16s} " + " ".join(f"{'band ' + k[len('win_rate_tol'):]:>10s}" for k in tol_keys))
-        for b in budgets:
-            ps = [r for r in pairs if r["budget"] == b]
-            print(f"{b:16s} " + " ".join(f"{np.mean([f(r[k]) for r in ps]):10.3f}" for k in tol_keys))
+    def budget_mean(k: str, b: str, mean=np.mean) -> float:
+        return float(mean([f(r[k]) for r in pairs if r["budget"] == b]))
+
+    def table(title: str, prefix: str, label: str = "", fmt: str = "10.3f", mean=np.mean) -> None:
+        keys = [k for k in pairs[0] if k.startswith(prefix)]
+        if keys:
+            print(f"\n{title}\n{'budget':16s} " + " ".join(f"{label + k[len(prefix):]:>10s}" for k in keys))
+            for b in budgets:
+                print(f"{b:16s} " + " ".join(f"{budget_mean(k, b, mean):{fmt}}" for k in keys))
+
+    table("win rate (mean over seeds) when quality differences below a tie band count as ties", "win_rate_tol",
+          "band ")
     ref_keys = [k for k in pairs[0] if k.startswith("win_rate_refs")]
     if ref_keys:
         print("\nwin rate and mean distance shift R - U (mean over seeds) against re-drawn real reference sets")
         print(f"{'budget':16s} " + " ".join(f"{k[len('win_rate_refs'):] + ' refs/prompt':>24s}" for k in ref_keys))
         for b in budgets:
-            ps = [r for r in pairs if r["budget"] == b]
-            cells = [(np.mean([f(r[k]) for r in ps]), np.mean([f(r[k.replace("win_rate", "dq_mean")]) for r in ps]))
-                     for k in ref_keys]
-            print(f"{b:16s} " + " ".join(f"{w:10.3f} {d:+13.3f}" for w, d in cells))
-    rho_keys = [k for k in pairs[0] if k.startswith("rho_")]
-    if rho_keys:
-        print("\nequal-attribute pairs: Spearman of the distance shift R - U with each paired change R - U "
-              "(mean over seeds)")
-        print(f"{'budget':16s} " + " ".join(f"{k[4:]:>10s}" for k in rho_keys))
-        for b in budgets:
-            ps = [r for r in pairs if r["budget"] == b]
-            print(f"{b:16s} " + " ".join(f"{np.nanmean([f(r[k]) for r in ps]):+10.3f}" for k in rho_keys))
+            print(f"{b:16s} " + " ".join(f"{budget_mean(k, b):10.3f} "
+                                         f"{budget_mean(k.replace('win_rate', 'dq_mean'), b):+13.3f}"
+                                         for k in ref_keys))
+    table("equal-attribute pairs: Spearman of the distance shift R - U with each paired change R - U (mean over "
+          "seeds)", "rho_", fmt="+10.3f", mean=np.nanmean)
     keys = ("attributes_right", "nearest_real", "precision", "recall", "frechet", "diversity")
     print(f"\n{'budget':16s} {'policy':8s} " + " ".join(f"{k:>17s}" for k in keys))
     for b in [""] + budgets:
