@@ -305,8 +305,8 @@ def test_committed_compose_fixed_w_control_beats_uniform_and_ties_recast():
     nb06 = {r["metric"]: r for r in read_csv(results / "judge_eval_1024_compare.csv")
             if (r["setting"], r["budget"], r["method"], r["baseline"]) == ("compose", "uniform", "recast", "uniform")}
 
-    def cells(method, baseline):
-        return {r["metric"]: r for r in rows if (r["method"], r["baseline"]) == (method, baseline)}
+    def cells(method, baseline, budget="uniform"):
+        return {r["metric"]: r for r in rows if (r["method"], r["baseline"], r["budget"]) == (method, baseline, budget)}
 
     again = cells("recast", "uniform")
     assert set(nb06) <= set(again)
@@ -318,5 +318,10 @@ def test_committed_compose_fixed_w_control_beats_uniform_and_ties_recast():
         {"judge/strict", "judge/color", "judge/fid"}
     assert {m for m, r in fixed.items() if m.startswith("judge/") and r["verdict"] == "loss"} == {"judge/diversity"}
     assert all(r["verdict"] == "tie" for m, r in cells("fixed", "recast").items() if m.startswith("judge/"))
-    wins = {r["baseline"]: r for r in read_csv(results / "fixed_w_compose.csv")}
+    # over the three budgets: colour is a win in every one, and no judge is lost but diversity in the uniform budget
+    budgets = ("uniform", "color-heavy", "sharpness-heavy")
+    assert all(cells("fixed", "uniform", b)["judge/color"]["verdict"] == "win" for b in budgets)
+    assert [(b, m) for b in budgets for m, r in cells("fixed", "uniform", b).items()
+            if m.startswith("judge/") and r["verdict"] == "loss"] == [("uniform", "judge/diversity")]
+    wins = {r["baseline"]: r for r in read_csv(results / "fixed_w_compose.csv") if r["budget"] == "uniform"}
     assert wins["uniform"]["verdict"] == "win" and wins["recast"]["verdict"] == "tie"
