@@ -2,6 +2,7 @@
 
     python scripts/fixed_w_runs.py quality --budgets uniform,sharpness-heavy      # 6 runs, about 7 min on 2 cores
     python scripts/fixed_w_runs.py compose --budgets uniform --evaluate           # + notebook 06's judges, 1,024/seed
+    python scripts/fixed_w_runs.py compose --budgets uniform --rewards-only       # training rewards, no sampling
     python scripts/pairwise_probe.py --method fixed --budgets uniform,sharpness-heavy --out-root runs/fixed \\
         --baseline-root runs/sweep --name pairwise_probe_quality_fixed
 
@@ -15,7 +16,10 @@ keep ReCAST's average timing and drop its iteration-to-iteration re-solving. The
 ``--evaluate`` then scores the fixed-W runs beside the sweep's ReCAST and uniform runs with notebook 06's evaluation
 at its 1,024-sample protocol (`recast.judge_eval.evaluate_sweep`, method ``fixed``, 4 per-seed draws of 256 test
 prompts): pairwise win rates against each, and the paired per-judge differences. Writes
-data/results/fixed_w_<setting>{,_compare}.csv.
+data/results/fixed_w_<setting>{,_compare}.csv. Every run (training skipped where finished) also gets its training
+rewards compared, from the runs' own final evaluation (64 test prompts, `recast.sweep_results.collect`): fixed W −
+uniform, fixed W − ReCAST and ReCAST − uniform, paired by seed, in data/results/fixed_w_<setting>_rewards.csv;
+``--rewards-only`` writes just that table.
 """
 
 from __future__ import annotations
@@ -55,9 +59,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out-root", default="runs/fixed")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--evaluate", action="store_true", help="then score them as notebook 06 does (1,024 per seed)")
+    ap.add_argument("--rewards-only", action="store_true", help="only compare the finished runs' training rewards")
     args = ap.parse_args(argv)
 
     seeds = tuple(int(s) for s in args.seeds.split(","))
+    if args.rewards_only:
+        return rewards(args.setting, args.budgets.split(","), seeds, args.from_root, args.out_root)
     for budget in args.budgets.split(","):
         src = plan_sweep(settings=(args.setting,), budgets=(budget,), methods=("recast",), seeds=seeds,
                          out_root=args.from_root)
@@ -76,8 +83,36 @@ def main(argv: list[str] | None = None) -> None:
         if report.failed:
             raise SystemExit(f"failed runs: {report.failed}")
         print(f"{budget}: W = {[[round(x, 4) for x in row] for row in W]}; trained {len(report.ran)}", flush=True)
+    rewards(args.setting, args.budgets.split(","), seeds, args.from_root, args.out_root)
     if args.evaluate:
         evaluate(args.setting, args.budgets.split(","), seeds, args.from_root, args.out_root)
+
+
+def planned(setting: str, budgets: list[str], seeds: tuple[int, ...], from_root: str, out_root: str) -> list:
+    """The fixed-W runs and the sweep's ReCAST and uniform runs of the same cells and seeds."""
+    from recast.sweep import plan_sweep
+
+    runs = []
+    for budget in budgets:
+        runs += plan_sweep(settings=(setting,), budgets=(budget,), methods=("fixed",), seeds=seeds, out_root=out_root)
+        runs += plan_sweep(settings=(setting,), budgets=(budget,), methods=("recast", "uniform"), seeds=seeds,
+                           out_root=from_root)
+    return runs
+
+
+def rewards(setting: str, budgets: list[str], seeds: tuple[int, ...], from_root: str, out_root: str) -> None:
+    """Paired training-reward differences from the runs' own final evaluation: writes fixed_w_<setting>_rewards.csv."""
+    from recast.io import write_csv
+    from recast.sweep import results_dir
+    from recast.sweep_results import collect, compare
+
+    rows = collect(planned(setting, budgets, seeds, from_root, out_root))
+    out = [r for a, b in (("fixed", "uniform"), ("fixed", "recast"), ("recast", "uniform"))
+           for r in compare(rows, method=a, baseline=b) if r["metric"].startswith("reward/")]
+    write_csv(results_dir() / f"fixed_w_{setting}_rewards.csv", out)
+    for r in out:
+        print(f"{r['budget']} {r['method']} - {r['baseline']} {r['metric']}: {r['diff']:+.4f} "
+              f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] {r['verdict']}")
 
 
 def evaluate(setting: str, budgets: list[str], seeds: tuple[int, ...], from_root: str, out_root: str) -> None:
@@ -85,15 +120,10 @@ def evaluate(setting: str, budgets: list[str], seeds: tuple[int, ...], from_root
     runs: writes data/results/fixed_w_<setting>.csv (pairwise) and fixed_w_<setting>_compare.csv (per judge)."""
     from recast.io import write_csv
     from recast.judge_eval import evaluate_sweep, judge_runs
-    from recast.sweep import plan_sweep, results_dir
+    from recast.sweep import results_dir
     from recast.sweep_results import compare
 
-    runs = []
-    for budget in budgets:
-        runs += plan_sweep(settings=(setting,), budgets=(budget,), methods=("fixed",), seeds=seeds, out_root=out_root)
-        runs += plan_sweep(settings=(setting,), budgets=(budget,), methods=("recast", "uniform"), seeds=seeds,
-                           out_root=from_root)
-    ev = evaluate_sweep(runs, method="fixed", num_prompts=256, draws=4, per_seed=True)
+    ev = evaluate_sweep(planned(setting, budgets, seeds, from_root, out_root), method="fixed", num_prompts=256, draws=4, per_seed=True)
     write_csv(results_dir() / f"fixed_w_{setting}.csv", ev.win_rows)
     paired = judge_runs(ev.judge_rows, 1024)
     rows = [row for b in ("uniform", "recast") for row in compare(paired, method="fixed", baseline=b)]

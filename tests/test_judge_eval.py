@@ -323,5 +323,16 @@ def test_committed_compose_fixed_w_control_beats_uniform_and_ties_recast():
     assert all(cells("fixed", "uniform", b)["judge/color"]["verdict"] == "win" for b in budgets)
     assert [(b, m) for b in budgets for m, r in cells("fixed", "uniform", b).items()
             if m.startswith("judge/") and r["verdict"] == "loss"] == [("uniform", "judge/diversity")]
+    # the training rewards beside them (the runs' own final evaluation): the README's non-tie cells
+    rewards = read_csv(results / "fixed_w_compose_rewards.csv")
+    assert sorted((r["budget"], r["method"], r["baseline"], r["metric"], r["verdict"]) for r in rewards
+                  if r["verdict"] != "tie") == [
+        ("color-heavy", "recast", "uniform", "reward/color", "win"),
+        ("color-heavy", "recast", "uniform", "reward/weighted", "win"),
+        ("sharpness-heavy", "fixed", "uniform", "reward/size_half_max", "loss"),
+        ("sharpness-heavy", "fixed", "uniform", "reward/weighted", "win"),
+        ("uniform", "fixed", "uniform", "reward/sharpness", "win"),
+        ("uniform", "recast", "uniform", "reward/sharpness", "win"),
+        ("uniform", "recast", "uniform", "reward/weighted", "win")]
     wins = {r["baseline"]: r for r in read_csv(results / "fixed_w_compose.csv") if r["budget"] == "uniform"}
     assert wins["uniform"]["verdict"] == "win" and wins["recast"]["verdict"] == "tie"
