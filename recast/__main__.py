@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, help="run directory")
     t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     t.add_argument("--overwrite", action="store_true", help="start over even if OUT holds a run")
+    t.add_argument("--fixed-w", metavar="JSON", help="train method=fixed at the W of this file: profile.json of "
+                   "`python -m recast profile` (same rewards, budgets and --num-steps) or a mean_W.json")
     t.add_argument("--set", type=_override, action="append", default=[], metavar="FIELD=VALUE",
                    help="override any TrainConfig field (repeatable), e.g. --set nft_beta=0.5")
     d = sub.add_parser("demo", help="ReCAST vs uniform (and other methods), same seeds; summary and paired tables, a figure")
@@ -108,7 +110,24 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     if args.rewards:
         over["rewards"] = tuple(r for r in args.rewards.split(",") if r)
     over.update(dict(args.set))
-    return preset(args.preset, **over)
+    names = None
+    if getattr(args, "fixed_w", None):
+        from recast.config import load_fixed_W
+
+        if over.get("method", "fixed") != "fixed":
+            raise ValueError(f"--fixed-w trains method='fixed'; drop --method {over['method']}")
+        if "fixed_W" in over:
+            raise ValueError("give the fixed W once: --fixed-w or --set fixed_W=..., not both")
+        over["fixed_W"], names = load_fixed_W(args.fixed_w)
+        over["method"] = "fixed"
+    cfg = preset(args.preset, **over)
+    if names is not None:
+        from recast.config import resolve_rewards
+
+        if tuple(names) != resolve_rewards(cfg):
+            raise ValueError(f"--fixed-w {args.fixed_w} holds W for rewards {list(names)}, but this run trains "
+                             f"{list(resolve_rewards(cfg))}: profile the same rewards, in the same order")
+    return cfg
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -303,6 +304,35 @@ def resolve_budgets(cfg: TrainConfig, spec: str | None = None, *, info=None) -> 
     if info is None:
         info = world_info(resolve_world(cfg.world) if spec is None else spec)
     return default_budgets(info, cfg.setting)
+
+
+def load_fixed_W(path: str | os.PathLike) -> tuple[tuple[tuple[float, ...], ...], tuple[str, ...] | None]:
+    """The W of a JSON file, for ``method="fixed"``: ``profile.json`` of `python -m recast profile` or
+    ``mean_W.json`` of ``scripts/fixed_w_runs.py`` (any object with a ``"W"`` list of rows).
+
+    Returns:
+        (W as nested tuples, the file's ``reward_names`` or None where it has none). The marginals are checked
+        against the run's budgets by the trainer's validation (`recast.trainer.advantages.validate_W`).
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: not JSON, no ``"W"``, or W not a non-empty matrix of numbers.
+    """
+    import json
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"--fixed-w {path}: no such file (write one with `python -m recast profile --out DIR`)")
+    try:
+        obj = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"--fixed-w {path}: not a JSON file ({err})") from None
+    W = obj.get("W") if isinstance(obj, dict) else None
+    if not isinstance(W, list) or not W or not all(isinstance(row, list) and row for row in W):
+        raise ValueError(f"--fixed-w {path}: expected an object with a \"W\" matrix (a list of rows), as profile.json "
+                         "or mean_W.json hold")
+    rows = tuple(parse_floats(row, f"--fixed-w {path}: W") for row in W)
+    names = obj.get("reward_names")
+    return rows, (tuple(names) if isinstance(names, list) else None)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -137,3 +137,52 @@ def test_cli_profile_runs_on_any_world_spec_and_says_where_it_wrote(tmp_path, ca
                  "--bootstrap", "0", "--out", str(out)]) == 0
     assert f"profile of sharpness, clean (tweedie, 4 samples) in {out}/profile.json" in capsys.readouterr().out
     assert json.loads((out / "profile.json").read_text())["world"] == "tiny"
+
+
+def test_cli_train_fixed_w_from_a_profile_trains_at_exactly_that_w(tmp_path, capsys):
+    """`profile` then `train --fixed-w profile.json`: method=fixed at the profile's W, applied unchanged every
+    iteration; a W for other rewards, another grid or other budgets, or a clash with --method, exits 2 before any run."""
+    prof = tmp_path / "prof"
+    assert main(["profile", "--world", "tiny", "--rewards", "sharpness,clean", "--lam", "0.7,0.3", "--num-prompts",
+                 "4", "--num-steps", "4", "--bootstrap", "0", "--out", str(prof)]) == 0
+    W = json.loads((prof / "profile.json").read_text())["W"]
+    base = ["train", "--preset", "ci", "--rewards", "sharpness,clean", "--lam", "0.7,0.3", "--iterations", "2"]
+    out = tmp_path / "run"
+    assert main(base + ["--fixed-w", str(prof / "profile.json"), "--out", str(out)]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["method"] == "fixed" and cfg["fixed_W"] == W
+    from recast.trainer import Trainer
+
+    trainer = Trainer(config_from_args(build_parser().parse_args(base + ["--fixed-w", str(prof / "profile.json"),
+                                                                        "--out", "x"])), tmp_path / "run2")
+    import torch
+
+    assert torch.allclose(trainer.W.double(), torch.tensor(W, dtype=torch.float64), atol=1e-6)  # the W every iteration's advantages are built with
+    capsys.readouterr()
+
+    mean_w = tmp_path / "mean_W.json"  # scripts/fixed_w_runs.py's file: no reward names, so only the marginals check
+    mean_w.write_text(json.dumps({"W": [[0.175] * 4, [0.075] * 4]}))
+    bad = {
+        "missing": (["--fixed-w", str(tmp_path / "nope.json")], "no such file"),
+        "order": (["--fixed-w", str(prof / "profile.json"), "--rewards", "clean,sharpness"], "same order"),
+        "method": (["--fixed-w", str(prof / "profile.json"), "--method", "recast"], "drop --method recast"),
+        "twice": (["--fixed-w", str(prof / "profile.json"), "--set", "fixed_W=0.5;0.5"], "not both"),
+        "budgets": (["--fixed-w", str(mean_w), "--lam", "0.5,0.5"], "row sums"),
+    }
+    not_json = tmp_path / "W.txt"
+    not_json.write_text("0.5,0.5")
+    bad["not json"] = (["--fixed-w", str(not_json)], "not a JSON file")
+    no_w = tmp_path / "no_W.json"
+    no_w.write_text(json.dumps({"D": [[0.1]]}))
+    bad["no W"] = (["--fixed-w", str(no_w)], '"W" matrix')
+    for name, (extra, msg) in bad.items():
+        run = tmp_path / f"bad_{name.replace(' ', '_')}"
+        assert main(base + extra + ["--out", str(run)]) == 2, name
+        assert msg in capsys.readouterr().err, name
+        assert not (run / "config.json").exists(), name
+    other_grid = tmp_path / "prof6"
+    assert main(["profile", "--world", "tiny", "--rewards", "sharpness,clean", "--lam", "0.7,0.3", "--num-prompts",
+                 "4", "--num-steps", "6", "--bootstrap", "0", "--out", str(other_grid)]) == 0
+    capsys.readouterr()
+    assert main(base + ["--fixed-w", str(other_grid / "profile.json"), "--out", str(tmp_path / "bad_grid")]) == 2
+    assert "shape" in capsys.readouterr().err
