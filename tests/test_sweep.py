@@ -228,3 +228,35 @@ def test_fixed_w_runs_mean_W_keeps_the_marginals(tmp_path):
     (tmp_path / "seed_1" / "weights.jsonl").write_text("")
     with pytest.raises(ValueError, match="no W"):
         mod.mean_W([tmp_path / "seed_1"])
+
+
+def test_fixed_w_runs_merges_budgets_into_the_committed_tables(tmp_path):
+    """scripts/fixed_w_runs.py adds budgets a few at a time: a later run replaces its own budgets' rows and keeps the
+    others, in the order the tables are written in; merging a table's own rows back leaves it byte for byte."""
+    import importlib.util
+    from pathlib import Path
+
+    from recast.io import read_csv, write_csv
+
+    spec = importlib.util.spec_from_file_location(
+        "fixed_w_runs", Path(__file__).resolve().parents[1] / "scripts" / "fixed_w_runs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = [{"budget": b, "method": m, "baseline": base, "diff": i + 0.5}
+            for i, (m, base) in enumerate((("fixed", "uniform"), ("fixed", "recast"))) for b in ("a-heavy", "uniform")]
+    path = tmp_path / "t.csv"
+    write_csv(path, rows)
+    before = path.read_bytes()
+    mod.write_merged(path, [r for r in rows if r["budget"] == "uniform"], ["uniform"])
+    assert path.read_bytes() == before
+    new = [{"budget": "b-heavy", "method": m, "baseline": base, "diff": 9.0}
+           for m, base in (("fixed", "uniform"), ("fixed", "recast"))]
+    mod.write_merged(path, new + [{**rows[1], "diff": 7.0}], ["b-heavy", "uniform"])
+    got = [(r["method"], r["baseline"], r["budget"], r["diff"]) for r in read_csv(path)]
+    assert got == [("fixed", "uniform", "a-heavy", 0.5), ("fixed", "uniform", "b-heavy", 9.0),
+                   ("fixed", "uniform", "uniform", 7.0),  # replaced; the budget's other old row goes
+                   ("fixed", "recast", "a-heavy", 1.5), ("fixed", "recast", "b-heavy", 9.0)]
+    mod.write_merged(path, [{**rows[1], "diff": 7.0}], ["uniform"], budget_first=True)
+    got = [(r["budget"], r["baseline"], r["diff"]) for r in read_csv(path)]
+    assert got == [("a-heavy", "recast", 1.5), ("a-heavy", "uniform", 0.5), ("b-heavy", "recast", 9.0),
+                   ("b-heavy", "uniform", 9.0), ("uniform", "uniform", 7.0)]
