@@ -350,3 +350,38 @@ def test_committed_compose_fixed_w_control_beats_uniform_and_ties_recast():
     assert {b for (b, base), v in pairwise.items() if base == "uniform" and v == "win"} == \
         {"uniform", "digit-heavy", "size_half_max-heavy"}
     assert {v for (b, base), v in pairwise.items() if base == "recast"} == {"tie"} and len(pairwise) == 12
+
+
+def test_committed_profile_w_control_reads_as_the_readme_says():
+    """scripts/fixed_w_runs.py --w-from profile.json: compose, uniform budget, a W profiled once on the base model
+    (tweedie at 64 samples; the ground truth at 256) beats uniform on strict and loses no attribute judge; against
+    ReCAST only the README's cells differ; its ReCAST - uniform rows are notebook 06's verdicts."""
+    from pathlib import Path
+
+    from recast.io import read_csv
+
+    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    nb06 = {r["metric"]: r["verdict"] for r in read_csv(results / "judge_eval_1024_compare.csv")
+            if (r["setting"], r["budget"], r["method"], r["baseline"]) == ("compose", "uniform", "recast", "uniform")}
+    against_recast = {"tweedie64": {"win": ["judge/defect_blur"], "loss": []},
+                      "rollout256": {"win": ["judge/defect_blur", "judge/digit"], "loss": ["judge/diversity"]}}
+    against_uniform = {"tweedie64": ["judge/position", "judge/strict"],
+                       "rollout256": ["judge/color", "judge/position", "judge/strict"]}
+    for name in ("tweedie64", "rollout256"):
+        rows = read_csv(results / f"profile_w_{name}_compose_compare.csv")
+
+        def verdicts(method, baseline, v):
+            return sorted(r["metric"] for r in rows if (r["method"], r["baseline"], r["verdict"]) == (method, baseline, v)
+                          and r["metric"].startswith("judge/"))
+
+        assert {r["budget"] for r in rows} == {"uniform"}
+        assert verdicts("fixed", "uniform", "win") == against_uniform[name]
+        assert verdicts("fixed", "uniform", "loss") == []
+        assert {v: verdicts("fixed", "recast", v) for v in ("win", "loss")} == against_recast[name]
+        again = {r["metric"]: r["verdict"] for r in rows if (r["method"], r["baseline"]) == ("recast", "uniform")}
+        assert {m: again[m] for m in nb06} == nb06
+        for r in read_csv(results / f"profile_w_{name}_compose.csv"):
+            rates = [float(x) for x in str(r["seed_rates"]).split()]
+            assert len(rates) == 3 and r["verdict"] == "tie"
+            if r["baseline"] == "uniform":
+                assert min(rates) > 0.5
