@@ -1,5 +1,7 @@
 """Every reward moves the right way under a controlled change; registry contract."""
 
+import math
+
 import pytest
 import torch
 
@@ -38,16 +40,16 @@ def _other(values, v):
 
 
 def test_registry_names_settings_and_unknown():
-    in_no_setting = {"placebo", "position", "size", "clean_mass"}
+    in_no_setting = {"placebo", "position", "size", "clean", "clean_mass"}
     assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | in_no_setting
     assert rewards.SETTINGS["compose"] == ("digit", "color", "position_flat", "size_half_max", "sharpness")
-    assert rewards.SETTINGS["quality"] == ("sharpness", "clean", "contrast", "realism")
+    assert rewards.SETTINGS["quality"] == ("sharpness", "speck_free", "contrast", "realism")
     assert rewards.SETTINGS["timing"] == ("color", "sharpness")
     with pytest.raises(ValueError, match="valid: digit"):
         rewards.get("aesthetic")
     # a reward in two settings is listed once, at its first place
     assert rewards.setting_rewards("compose", "quality") == ("digit", "color", "position_flat", "size_half_max",
-                                                              "sharpness", "clean", "contrast", "realism")
+                                                              "sharpness", "speck_free", "contrast", "realism")
     assert rewards.setting_rewards("quality") == rewards.SETTINGS["quality"]
     with pytest.raises(ValueError, match="unknown setting"):
         rewards.setting_rewards("compose", "nope")
@@ -133,7 +135,7 @@ def test_compose_rewards_respond_to_their_attribute(batch, fns):
 
 
 @pytest.mark.parametrize("name,kind", [("sharpness", "blur"), ("clean", "speckle"), ("clean", "noise"),
-                                       ("clean_mass", "speckle"), ("clean_mass", "noise"), ("contrast", "fade"),
+                                       ("speck_free", "speckle"), ("clean_mass", "speckle"), ("clean_mass", "noise"), ("contrast", "fade"),
                                        ("contrast", "bleed"), ("color", "bleed")])
 def test_quality_rewards_drop_under_degradation(batch, fns, name, kind):
     images, prompts, gen = batch
@@ -329,3 +331,68 @@ def test_clean_mass_forgets_fewer_of_the_specks_that_blur_hides_from_clean(batch
     assert (gain["clean_mass"] < gain["clean"]).all()
     for n in ("clean", "clean_mass"):
         assert (fns[n](gaussian_blur(images, 0.75), prompts) <= fns[n](images, prompts) + 0.02).float().mean() >= 0.9
+
+
+def test_isolated_specks_closed_forms():
+    """An isolated speck counts once, as a 3x3 window of ink with a dark ring, whatever else lies beyond the ring; a
+    stroke, its ends included, counts 0; levels are shares of the canvas' peak, so a dimmer canvas counts the same;
+    a blur keeps a speck (its window keeps the mass), where a count of bright pixels loses it."""
+    from recast.digits.rewards.degrade import gaussian_blur
+    from recast.digits.rewards.specks import isolated_specks
+
+    lone = _specks_on_black([[(5, 5)], [(5, 5), (5, 20), (20, 20)], [], [(5, 5), (5, 6)], [(5, 5), (5, 7)]])
+    # two touching pixels are one spot that nine windows read as 4/3 specks; two pixels 2 apart, one spot
+    torch.testing.assert_close(isolated_specks(lone), torch.tensor([1.0, 3.0, 0.0, 4 / 3, 1.0]), atol=1e-3, rtol=0)
+    torch.testing.assert_close(isolated_specks(0.5 * lone), isolated_specks(lone), atol=1e-3, rtol=0)  # relative
+    for sigma in (0.5, 0.75, 1.0):  # the blurred speck stays (its window mass even grows a little), the empty canvas
+        got = isolated_specks(gaussian_blur(lone[:3], sigma))
+        assert (got[:2] >= torch.tensor([0.95, 2.85])).all() and got[2] == 0, (sigma, got)
+    dim = lone.clone()
+    dim[1, :, 20, 20] = 0.1  # a speck a tenth of the peak's brightness barely counts
+    assert isolated_specks(dim)[1].item() == pytest.approx(2.0, abs=0.02)
+    bar = torch.zeros(1, 3, 24, 24)
+    bar[:, :, 4:16, 10:12] = 1.0  # a 12 x 2 stroke: every window on it has ink on its ring, the ends' too
+    assert isolated_specks(bar).item() < 1e-3
+    assert isolated_specks(gaussian_blur(bar, 1.0)).item() < 1e-3
+    assert isolated_specks(bar * 0.7 + 0.2).item() < 1e-3  # a wash moves the background, not the stroke
+    with_speck = bar.clone()
+    with_speck[:, :, 21, 2] = 1.0
+    assert isolated_specks(with_speck).item() == pytest.approx(1.0, abs=1e-3)
+
+
+def test_speck_free_scores_real_glyphs_high_and_each_speck_down(batch, fns):
+    """Real canvases score ~1 whatever their glyph (strokes are never isolated); each added lone speck costs a factor
+    exp(-1 / SPECK_COUNT); an empty canvas scores 0 (the hinge), a brightness change of the glyph nothing."""
+    from recast.digits.rewards.specks import SPECK_COUNT
+
+    images, prompts, _ = batch
+    fn = fns["speck_free"]
+    real = fn(images, prompts)
+    assert real.min() > 0.9 and (real > 0.98).float().mean() > 0.9
+    speckled = [images.clone(), images.clone()]
+    for b, p in enumerate(prompts):  # one (then two) white specks in quadrants the glyph is not in
+        others = [v for k, v in data.POSITIONS.items() if k != data.parse_prompt(p).position]
+        for n, x in enumerate(speckled):
+            for y0, x0, y1, x1 in others[: n + 1]:
+                x[b, :, (y0 + y1) // 2, (x0 + x1) // 2] = 1.0
+    one, two = (fn(x, prompts) for x in speckled)
+    torch.testing.assert_close(one / real, torch.full_like(real, math.exp(-1 / SPECK_COUNT)), atol=0.02, rtol=0)
+    torch.testing.assert_close(two / real, torch.full_like(real, math.exp(-2 / SPECK_COUNT)), atol=0.02, rtol=0)
+    background = images.flatten(2).median(2).values[:, :, None, None].expand_as(images).contiguous()
+    assert (fn(background, prompts) == 0).all()
+    torch.testing.assert_close(fn(0.6 * images, prompts), real, atol=0.02, rtol=0)
+
+
+def test_speck_free_does_not_pay_for_erasing_the_glyph(batch, fns):
+    """Erasing the glyph does not pay: a glyph without isolated pixels already scores ~1 and an erased canvas 0; a
+    glyph erased down to its brightest pixel leaves it isolated and scores below every real glyph; erased down to
+    its few brightest pixels, a glyph without isolated pixels of its own scores no more than it did. (A handwritten
+    glyph with a stray bit of its own, 1 in 48 here, gains what removing that bit gains, by any means.)"""
+    images, prompts, _ = batch
+    fn = fns["speck_free"]
+    real = fn(images, prompts)
+    assert (fn(_brightest(images, 1), prompts) < 0.6).all() and real.min() > 0.9
+    whole = real > 0.99
+    assert whole.float().mean() > 0.9
+    for k in (3, 8, 16):
+        assert (fn(_brightest(images, k), prompts)[whole] <= real[whole] + 0.01).all(), k

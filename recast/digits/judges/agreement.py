@@ -18,7 +18,8 @@ __all__ = ["MATCHING_VERDICT", "Agreement", "judge_verdicts", "reward_judge_agre
 MATCHING_VERDICT: dict[str, str] = {
     "digit": "digit", "color": "color", "position": "position", "position_flat": "position", "size": "size",
     "size_half_max": "size",
-    "sharpness": "not_blur", "clean": "not_speckle", "clean_mass": "not_speckle", "contrast": "not_fade", "realism": "defect_free",
+    "sharpness": "not_blur", "clean": "not_speckle", "clean_mass": "not_speckle",
+    "speck_free": "not_speckle", "contrast": "not_fade", "realism": "defect_free",
 }
 
 

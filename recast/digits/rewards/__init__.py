@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 
 from recast.digits.rewards import digit as _rules
+from recast.digits.rewards import specks as _specks
 
 RewardFn = Callable[[torch.Tensor, list[str]], torch.Tensor]
 Factory = Callable[..., RewardFn]
@@ -24,7 +25,9 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     # 16 draws, at every kl_beta in {1, 2, 3}); with it blur falls (-0.050 +- 0.009) and every judge rises or stays
     # (README "One 256-sample draw cannot decide", scripts/draw_spread.py)
     "compose": ("digit", "color", "position_flat", "size_half_max", "sharpness"),
-    "quality": ("sharpness", "clean", "contrast", "realism"),
+    # speck_free replaces clean, whose ink gate and mean stray intensity are settled at high noise: it scores only
+    # isolated specks, what the speckle judge checks (README "When is each reward informative?")
+    "quality": ("sharpness", "speck_free", "contrast", "realism"),
     # positive control for the timing of credit: on the committed base model the ground truth puts colour's gains
     # earliest (centre of mass at grid column 1.85 of 0..5) and sharpness's latest (3.18). Until clean's ink gate
     # made it partly early (2.95 -> 2.40), the late half was clean. README "The timing positive control"
@@ -41,7 +44,7 @@ SETTINGS: dict[str, tuple[str, ...]] = {
 # 0.048, every judge rises or stays, no per-seed draw fails on blur. Tuned on the uniform baseline only (README
 # "Quality's default budgets").
 BUDGETS: dict[str, tuple[float, ...]] = {
-    "quality": (0.55, 0.15, 0.15, 0.15),  # sharpness, clean, contrast, realism
+    "quality": (0.55, 0.15, 0.15, 0.15),  # sharpness, speck_free, contrast, realism
 }
 
 
@@ -121,6 +124,8 @@ _REGISTRY: dict[str, Factory] = {
     "size_half_max": _rule(_rules.size_half_max_reward),
     # clean with a speck count that blur cannot lower (README "Each reward alone")
     "clean_mass": _rule(_rules.clean_mass_reward),
+    # quality's speckle reward since the isolated-speck round: isolated bright pixels only (clean is in no setting)
+    "speck_free": _rule(_specks.speck_free_reward),
     # no signal, in no setting: the null of training for the single-reward runs (`recast.alone`)
     "placebo": _rule(_rules.placebo_reward),
 }
