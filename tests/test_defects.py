@@ -47,3 +47,19 @@ def test_two_far_specks_make_a_speckled_canvas_one_does_not(real):
 def test_bad_shape_is_refused():
     with pytest.raises(ValueError, match=r"\(B, 3, H, W\)"):
         judge_defects(torch.zeros(3, 24, 24))
+
+
+def test_blur_is_judged_on_the_glyph_so_specks_do_not_hide_it(real):
+    """Stray specks are steep steps of their own: the blur verdict reads only steps within a pixel of the glyph, so a
+    blurred glyph with sharp specks is still blurred (until the glyph-only round it was not), and specks on a sharp
+    glyph do not make it blurred either."""
+    kind, lo, _ = DEFECTS["blur"]
+    blurred = degrade(real[:64], kind, torch.full((64,), lo), torch.Generator().manual_seed(9))
+    corners = [(0, 0), (0, 23), (23, 0), (23, 23)]  # at least three lie far from a glyph in one quadrant
+    sharp = real[:64].clone()
+    for x in (blurred, sharp):
+        for r, c in corners:
+            x[..., r, c] = 1.0
+    j_blurred, j_sharp = judge_defects(blurred), judge_defects(sharp)
+    assert j_blurred.speckle.all() and j_blurred.blur.float().mean() > 0.9
+    assert j_sharp.speckle.all() and j_sharp.blur.float().mean() < 0.05
