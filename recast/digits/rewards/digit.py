@@ -195,13 +195,22 @@ def sharpness_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     per unit of ink, it does not grow with the amount of edge per unit of ink, so erasing the glyph down to a few
     pixels gains at most what a crisp glyph gets. The gate ``1 - exp(-sum J / SHARPNESS_INK_MASS)`` (ink mass, which
     blur preserves) takes an empty canvas to 0. The reward is ``(1 - exp(-slope / SHARPNESS_SLOPE)) * gate``, in
-    [0, 1); it is scale-free in brightness once the gate saturates, and blind to a uniform wash. Isolated bright
-    pixels are steep edges too, so speckle raises it; ``clean`` penalises speckle. Informative late."""
+    [0, 1); it is scale-free in brightness once the gate saturates, and blind to a uniform wash.
+
+    Since the glyph-only round the slope and the peak leave out isolated specks and the pixels around them
+    (`recast.digits.rewards.specks.speck_mask`; 0 on a real glyph, so real canvases score exactly as before): a
+    speck is a steep edge of its own, and two far specks raised the old reward on 99.6 % of base samples, by +0.15
+    on average (1.7 batch stds), a gradient towards speckle in every setting that trains sharpness. Informative
+    late."""
+    from recast.digits.rewards.specks import speck_mask
+
     _specs(prompts, images.shape[0])
     J = above_background(images)
-    gy, gx = (J[:, 1:, :] - J[:, :-1, :]).abs(), (J[:, :, 1:] - J[:, :, :-1]).abs()
-    slope = (gy.pow(2).sum((1, 2)) + gx.pow(2).sum((1, 2))) / ((gy.sum((1, 2)) + gx.sum((1, 2))) * J.amax((1, 2))
-                                                             + _EPS)
+    keep = 1.0 - speck_mask(images)  # a difference counts when neither of its two pixels is on or next to a speck
+    gy = (J[:, 1:, :] - J[:, :-1, :]).abs() * torch.minimum(keep[:, 1:, :], keep[:, :-1, :])
+    gx = (J[:, :, 1:] - J[:, :, :-1]).abs() * torch.minimum(keep[:, :, 1:], keep[:, :, :-1])
+    slope = (gy.pow(2).sum((1, 2)) + gx.pow(2).sum((1, 2))) / ((gy.sum((1, 2)) + gx.sum((1, 2)))
+                                                             * (J * keep).amax((1, 2)) + _EPS)
     return ((1.0 - torch.exp(-slope / SHARPNESS_SLOPE)) * _ink_gate(J, SHARPNESS_INK_MASS)).float()
 
 

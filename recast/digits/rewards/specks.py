@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from recast.digits.rewards.digit import _specs, above_background
 
 __all__ = ["SPECK_COUNT", "SPECK_FREE_INK_MASS", "SPECK_LEVEL", "SPECK_PEAK_MIN", "SPECK_RING", "SPECK_RING_INK",
-           "isolated_specks", "speck_free_reward"]
+           "isolated_specks", "speck_free_reward", "speck_mask"]
 
 SPECK_LEVEL: float = 0.5  # a 3x3 window holding this much ink (in units of the canvas' peak pixel) counts half
 SPECK_RING: int = 3  # a window is isolated when the pixels at this Chebyshev distance from its centre hold no ink
@@ -51,6 +51,15 @@ def _ring_max(J: torch.Tensor, r: int) -> torch.Tensor:
     return patches[:, ring.flatten().to(J.device)].amax(1).reshape(J.shape)
 
 
+def _speck_windows(images: torch.Tensor) -> torch.Tensor:
+    """``(B, 1, H, W)``: how much each 3x3 window is an isolated speck, ``bright(m_p) * (1 - inked(ring_p))`` with
+    ``m`` the window's ink and ``ring`` the max of ``J`` at distance SPECK_RING (see `isolated_specks`)."""
+    J = above_background(images)
+    J = (J / J.flatten(1).amax(1).clamp_min(SPECK_PEAK_MIN)[:, None, None])[:, None]
+    window = F.avg_pool2d(J, 3, 1, 1) * 9  # zero padding: the ink of each 3x3 window
+    return _soft_above(window, SPECK_LEVEL) * (1 - _soft_above(_ring_max(J, SPECK_RING), SPECK_RING_INK))
+
+
 def isolated_specks(images: torch.Tensor) -> torch.Tensor:
     """Soft count ``(B,)`` of isolated specks. On the ink above the background as a share of its peak,
     ``J = above_background / max(peak, SPECK_PEAK_MIN)``, with ``m`` the ink of each 3x3 window,
@@ -60,11 +69,14 @@ def isolated_specks(images: torch.Tensor) -> torch.Tensor:
     A lone pixel as bright as the peak counts 1, and still ~1 after a blur of 0.75 px (its window keeps most of its
     mass); two touching pixels count ~1 to 2; a stroke, its ends included, counts ~0 at any brightness; a uniform
     wash counts 0 (it is not above the background)."""
-    J = above_background(images)
-    J = (J / J.flatten(1).amax(1).clamp_min(SPECK_PEAK_MIN)[:, None, None])[:, None]
-    window = F.avg_pool2d(J, 3, 1, 1) * 9  # zero padding: the ink of each 3x3 window
-    dark_ring = 1 - _soft_above(_ring_max(J, SPECK_RING), SPECK_RING_INK)
-    return (_soft_above(window, SPECK_LEVEL) * dark_ring).sum((1, 2, 3)) / 9
+    return _speck_windows(images).sum((1, 2, 3)) / 9
+
+
+def speck_mask(images: torch.Tensor) -> torch.Tensor:
+    """Soft mask ``(B, H, W)`` in [0, 1] of the isolated specks and the pixels around them (the speck windows of
+    `isolated_specks`, dilated by one pixel): 0 on a real glyph, ~1 on and next to a stray speck. The sharpness
+    reward leaves these pixels out, so a speck is not read as a steep edge of the glyph."""
+    return F.max_pool2d(_speck_windows(images), 3, 1, 1)[:, 0].clamp(0.0, 1.0)
 
 
 def speck_free_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
