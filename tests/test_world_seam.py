@@ -137,9 +137,9 @@ def test_sd3_tiny_runs_one_recast_iteration(tmp_path, backend):
 
 # The non-time fields of metrics/eval/weights.jsonl of a 2-iteration ci run. Until 2026-12-01 this was a sha256 of
 # them (cb60ee73... on main before the world seam, d8e0c15, and after it; moved by the changes merged beside the seam,
-# the new base model, compose's position_flat / size_half_max and then sharpness; last cb574397...). Regenerated
-# when sharpness began to leave out isolated specks (glyph-only round), which moved the sharpness rows and the loss. A hash pins the
-# last bits, and those differ between CPUs: on an AMD EPYC machine every run of this repo agrees with another
+# the new base model, compose's position_flat / size_half_max and then sharpness; last cb574397...; regenerated
+# when sharpness began to leave out isolated specks, the glyph-only round, which moved its rows and the loss). A hash
+# pins the last bits, and those differ between CPUs: on an AMD EPYC machine every run of this repo agrees with another
 # machine's to about 1e-6 relative, never bit for bit (README "Reproducing across machines"), so the hash failed there
 # at a commit whose CI passed. The records are now compared field by field: the same keys and lines, discrete values
 # exactly, numbers to 1e-4 relative. A change here means the digit world's numbers changed: find out why before
