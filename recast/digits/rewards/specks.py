@@ -12,7 +12,7 @@ least a bright pixel's worth, centred where the ring of pixels at Chebyshev dist
 Any part of a stroke has ink at distance 2 (strokes are longer than 3 px), a stroke's end too, so a real glyph
 scores ~1 whatever its shape, size or brightness. The window reads a speck's mass, not its peak, so a blur does not
 hide it: a count of bright pixels (a first version of this reward) lost blurred specks and paid for blur, by
-+0.19 on average and on 88 % of base samples at 0.75 px. The speckle judge reads the same property by another route: connected components of the thresholded ink
++0.19 on average and on 88 % of base samples at 0.75 px (`scripts/speck_probe.py`). The speckle judge reads the same property by another route: connected components of the thresholded ink
 mask, far from the largest one (`recast.digits.judges.ink`); this reward has neither components nor a notion of
 "the glyph", only each window's own neighbourhood, and it is soft.
 """
@@ -86,9 +86,10 @@ def speck_free_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
     Erasing does not pay: a glyph without specks already scores ~1, and the hinge takes a canvas without ink to 0
     (it binds below 2 units of ink, under the faintest 1 % of base-model samples, so unlike clean's soft gate it does
-    not score how much ink a sample has). A blur keeps a speck's window mass, so blurring barely moves it (base
-    samples at 0.5 / 0.75 / 1 px: +0.025 / +0.038 / +0.012 on average; a count of bright pixels: +0.06 / +0.19 /
-    +0.27). When it is informative: README "When is each reward informative?"."""
+    not score how much ink a sample has). A blur keeps a speck's window mass, so blurring moves it little (the
+    audit's base samples at 0.5 / 0.75 / 1 px: +0.024 / +0.036 / +0.043 on average; a count of bright pixels: +0.063
+    / +0.188 / +0.274; `scripts/speck_probe.py`). When it is informative: README "When is each reward
+    informative?"."""
     _specs(prompts, images.shape[0])
     hinge = (above_background(images).sum((1, 2)) / SPECK_FREE_INK_MASS).clamp(0.0, 1.0)
     return (torch.exp(-isolated_specks(images) / SPECK_COUNT) * hinge).float()
