@@ -44,7 +44,7 @@ def test_registry_names_settings_and_unknown():
     assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | in_no_setting
     assert rewards.SETTINGS["compose"] == ("digit", "color", "position_flat", "size_half_max", "sharpness")
     assert rewards.SETTINGS["quality"] == ("sharpness", "speck_free", "contrast", "realism")
-    assert rewards.SETTINGS["timing"] == ("color", "sharpness")
+    assert rewards.SETTINGS["timing"] == ("color", "speck_free")
     with pytest.raises(ValueError, match="valid: digit"):
         rewards.get("aesthetic")
     # a reward in two settings is listed once, at its first place

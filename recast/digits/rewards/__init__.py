@@ -28,10 +28,11 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     # speck_free replaces clean, whose ink gate and mean stray intensity are settled at high noise: it scores only
     # isolated specks, what the speckle judge checks (README "When is each reward informative?")
     "quality": ("sharpness", "speck_free", "contrast", "realism"),
-    # positive control for the timing of credit: on the committed base model the ground truth puts colour's gains
-    # earliest (centre of mass at grid column 1.85 of 0..5) and sharpness's latest (3.18). Until clean's ink gate
-    # made it partly early (2.95 -> 2.40), the late half was clean. README "The timing positive control"
-    "timing": ("color", "sharpness"),
+    # positive control for the timing of credit: the earliest and the latest reward by the ground truth on the
+    # committed base model, colour (centre of mass at grid column 1.85 of 0..5) and, since the glyph-only round,
+    # speck_free (3.21). Before it the late half was sharpness (3.18; 2.87 once it stopped reading specks), and
+    # before clean's ink gate clean. README "The timing positive control"
+    "timing": ("color", "speck_free"),
 }
 
 # A setting's default budgets λ where they are not equal (an explicit λ always wins; `recast.config.resolve_budgets`).
