@@ -289,3 +289,27 @@ def test_committed_draw_spreads_give_the_readme_verdicts():
     assert not any(d["pooled"]["worse"] for d in sharp.values())
     assert sharp["judge/defect_blur"]["pooled"]["improved"]
     assert all(v < 0 for v in sharp["judge/defect_blur"]["pooled"]["per_seed"])
+
+
+def test_committed_glyph_round_alone_table_gives_the_readme_verdicts():
+    """The glyph-only round's single-reward table (README "Each reward alone"): recomputed from its committed runs it
+    is the committed table; sharpness and clean pass the rule on the glyph-only blur judge, speck_free fails on blur
+    alone, which it also loses against the placebo."""
+    from pathlib import Path
+
+    from recast.alone import alone_table, versus_control
+    from recast.io import read_csv
+
+    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    runs = read_csv(results / "alone_glyph_round_reeval256_runs.csv")
+    table = alone_table(runs)
+    committed = read_csv(results / "alone_glyph_round_reeval256.csv")
+    assert [(r["reward"], r["judge"], r["improved"], r["worse"]) for r in table] == \
+        [(r["reward"], r["judge"], r["improved"], r["worse"]) for r in committed]
+    verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
+    assert verdict == {"speck_free": False, "clean": True, "sharpness": True, "placebo": True}
+    assert [r["judge"] for r in table if r["reward"] == "speck_free" and r["worse"] and r["judge"] != "*"] == \
+        ["judge/defect_blur"]
+    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    assert vs[("speck_free", "judge/defect_blur")] == "worse" and vs[("speck_free", "judge/defect_speckle")] == "better"
+    assert not [k for k, v in vs.items() if v == "worse" and k[0] in ("clean", "sharpness")]

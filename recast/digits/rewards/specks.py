@@ -1,4 +1,4 @@
-"""``speck_free``: the quality setting's speckle reward since the isolated-speck round.
+"""``speck_free``: the quality setting's speckle reward since the glyph-only round.
 
 The speckle defect (`recast.digits.corruption.DEFECTS`) puts a few stray bright pixels on the canvas. ``clean``
 (`recast.digits.rewards.digit.clean_reward`) scored them together with two other things: the mean stray intensity
