@@ -211,3 +211,24 @@ def test_committed_ground_truth_orders_the_rewards_as_designed():
         assert com["speck_free"] == max(com.values()), com
         coms.append(com)
     assert all(abs(coms[0][k] - coms[1][k]) < 0.3 for k in coms[0]), coms
+
+
+def test_committed_verdict_timing_matches_figure_02_and_puts_the_defects_late():
+    """`scripts/verdict_timing_probe.py` draws figure 02's batch, noise and continuations, so its reward rows are
+    figure 02's ground truth; the blur and speckle verdicts have most of their gains in columns 4-5 and sit later
+    than the rewards that match them (README "When are the judges' verdicts decided?")."""
+    import json
+
+    from recast.informativeness import gains_centre_of_mass
+    from recast.io import read_csv
+
+    root = Path(__file__).resolve().parents[1] / "data/results"
+    rows = {r["name"]: r for r in read_csv(root / "verdict_timing.csv")}
+    gt = json.loads((root / "informativeness_base_256.json").read_text())["rollout"]
+    com = gains_centre_of_mass(torch.tensor(gt["gains"])).tolist()
+    for name, c in zip(gt["reward_names"], com):
+        assert float(rows[name]["com"]) == pytest.approx(c, abs=1e-6), name  # K differs: float rounding only
+    for verdict, reward in (("not_blur", "sharpness"), ("not_speckle", "speck_free")):
+        v = rows[f"verdict:{verdict}"]
+        assert float(v["cleanest_third_share"]) > 0.5 and float(v["com"]) > float(rows[reward]["com"]) + 0.5
+    assert float(rows["verdict:not_fade"]["cleanest_third_share"]) < 0.05
