@@ -1,6 +1,6 @@
 """Probe for the glyph-only round: how stray specks coupled the blur judge, the sharpness reward and the speckle reward.
 
-    python scripts/speck_probe.py          # the audit's 256 base-model samples (test prompts, ODE 10 steps, seed 0); ~1 min
+    python scripts/speck_probe.py      # the audit's 256 base-model samples (test prompts, ODE 10 steps, seed 0); ~1 min
 
 On the audit's samples it prints, and writes to data/results/speck_probe.csv:
 - the blur verdict read on the whole canvas (the judge until this round: ``glyph`` = every pixel) and on the glyph
@@ -85,14 +85,16 @@ def main() -> list[dict]:
 
     specked = _two_specks(images, prompts)
     sharp = get("sharpness")("cpu")
-    for name, fn in (("sharpness before this round", _sharpness_before), ("sharpness now", lambda x: sharp(x, prompts))):
+    for name, fn in (("sharpness before this round", _sharpness_before),
+                     ("sharpness now", lambda x: sharp(x, prompts))):
         a, b = fn(images), fn(specked)
         row(f"{name}: mean change from two far specks", (b - a).mean())
         row(f"{name}: share of samples raised by two far specks", (b > a + 1e-3).float().mean())
     row("blur rate with two far specks added, glyph only", judge_defects(specked).blur.float().mean())
 
     speck_free = get("speck_free")("cpu")
-    for name, fn in (("speck_free", lambda x: speck_free(x, prompts)), ("bright-pixel count", _bright_pixel_count_reward)):
+    for name, fn in (("speck_free", lambda x: speck_free(x, prompts)),
+                     ("bright-pixel count", _bright_pixel_count_reward)):
         a = fn(images)
         for s in (0.5, 0.75, 1.0):
             b = fn(gaussian_blur(images, s))

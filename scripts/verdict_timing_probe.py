@@ -9,7 +9,8 @@ and not_blur / not_speckle / not_fade) is scored as a 0/1 pseudo-reward beside t
 `rollout` ground truth of figure 02 (same prompts, grid, sampler, seed and p map) gives each its D(σ) and the centre of
 mass of its gains (0 = noisiest of the 6 columns), with a 5-95 % bootstrap band over the samples. The training
 rewards' rows reproduce figure 02's ground truth: the batch, the forward noise and the continuations are drawn in
-the same order, and the reward order is figure 02's (the verdicts come after it). Analysis only: no reward or judge changes.
+the same order, and the reward order is figure 02's (the verdicts come after it). Analysis only: no reward or judge
+changes.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     import recast
     from recast.digits.data import prompt_set
     from recast.digits.rewards import setting_rewards
-    from recast.informativeness import gains_centre_of_mass
+    from recast.informativeness import gains_centre_of_mass, telescoping_gains
     from recast.informativeness.probe import estimate_profiles
     from recast.io import read_csv, write_csv
     from recast.sweep import results_dir
@@ -72,8 +73,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                bootstrap=a.bootstrap, seed=a.seed)["rollout"]
         com = gains_centre_of_mass(gt.gains).tolist()
         boot = gt.D_boot  # (R, K, T+1): the centre of mass of every replicate's gains gives its 5-95 % band
-        from recast.informativeness import telescoping_gains
-
         R, K, T1 = boot.shape
         com_boot = gains_centre_of_mass(telescoping_gains(boot.reshape(R * K, T1))).reshape(R, K)
         lo, hi = torch.nanquantile(com_boot, torch.tensor([0.05, 0.95], dtype=com_boot.dtype), dim=0).tolist()
@@ -84,7 +83,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                  "num_prompts": a.num_prompts, "num_rollouts": a.num_rollouts, "seed": a.seed}
                 for k, n in enumerate(names)]
         write_csv(path, rows)
-    print("| reward or verdict | centre of mass [5-95 %] | share of gains in columns 4-5 | noise share |\n|---|---|---|---|")
+    print("| reward or verdict | centre of mass [5-95 %] | share of gains in columns 4-5 | noise share |")
+    print("|---|---|---|---|")
     for r in rows:
         print(f"| {r['name']} | {float(r['com']):.2f} [{float(r['com_lo']):.2f}, {float(r['com_hi']):.2f}] | "
               f"{float(r['cleanest_third_share']):.2f} | {float(r['noise_share']):.2f} |")

@@ -7,8 +7,9 @@ without the other by exploiting a quirk of either:
 - ``blur``: the steepest edge of the glyph. ``I`` is normalised to [0, 1] between its median (background) and the
   glyph's maximum; a real glyph has a neighbour-to-neighbour step of at least ~0.8 somewhere, a blurred one (std >=
   0.9 px) at most ~0.5. Only steps within one pixel of the glyph count (`recast.digits.judges.ink.split_ink`): a
-  stray speck is a steep step of its own, and until the glyph-only round it hid the blur of 42 % of the speckled base
-  samples (blurred: 3 % of them, against 42 % once their non-glyph ink is removed), which coupled the two verdicts.
+  stray speck is a steep step of its own. Until the glyph-only round it hid blur: of the speckled base samples 3 %
+  were judged blurred on the whole canvas, 42 % are on the glyph, and the two verdicts were coupled
+  (`scripts/speck_probe.py`).
   (The ``sharpness`` reward measures mean gradient energy relative to ink energy instead.)
 - ``speckle``: at least ``SPECKLE_MIN_COUNT`` specks, small components of the ink mask far from the glyph
   (`recast.digits.judges.ink.split_ink`). (The ``clean`` reward measures soft stray intensity outside a dilated stroke mask

@@ -125,7 +125,7 @@ _REGISTRY: dict[str, Factory] = {
     "size_half_max": _rule(_rules.size_half_max_reward),
     # clean with a speck count that blur cannot lower (README "Each reward alone")
     "clean_mass": _rule(_rules.clean_mass_reward),
-    # quality's speckle reward since the glyph-only round: isolated bright pixels only (clean is in no setting)
+    # quality's speckle reward since the glyph-only round: isolated specks only (clean is in no setting)
     "speck_free": _rule(_specks.speck_free_reward),
     # no signal, in no setting: the null of training for the single-reward runs (`recast.alone`)
     "placebo": _rule(_rules.placebo_reward),

@@ -1,6 +1,8 @@
-"""The digit world's rewards: four compose (GenEval-like: digit, color, position_flat, size_half_max) and four quality
-(aesthetic-like); also compose's position and size rewards from before the blur round (``position``, ``size``, which
-pay for blur) and a placebo without signal, in no setting.
+"""The digit world's rule-based rewards: four compose (GenEval-like: digit, color, position_flat, size_half_max) and the
+quality rewards sharpness and contrast (realism is a CNN, `recast.digits.rewards`; speck_free, quality's speckle
+reward, is in `recast.digits.rewards.specks`); also rewards in no setting: compose's position and size from before
+the blur round (``position``, ``size``, which pay for blur), quality's ``clean`` from before the glyph-only round,
+``clean_mass``, and a placebo without signal.
 
 Every reward is a vectorised function ``(images (B, 3, H, W) in [0, 1], prompts: list[str]) -> Tensor[B]``, float32
 in ``[0, 1]``, higher is better. The glyph intensity ``I = max_c images`` (``data.ink_intensity``) is the ink map: the
@@ -9,7 +11,8 @@ palette colours all have a maximum channel of 1, so on a real canvas ``I`` is ex
 When is each reward informative during denoising (the ReCAST question)? ``color`` and ``position`` read global,
 low-frequency structure and can judge a sample early; ``size`` early-to-mid; ``digit`` needs the glyph's shape (mid);
 ``contrast`` mid-to-late; ``sharpness``, ``clean`` and ``realism`` read edges and pixel-level noise (late; clean's ink
-gate also reads whether there is a glyph at all, which is settled early).
+gate also reads whether there is a glyph at all, which is settled early). The measured answers are in the README,
+"When is each reward informative?".
 """
 
 from __future__ import annotations
@@ -200,8 +203,9 @@ def sharpness_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     Since the glyph-only round the slope and the peak leave out isolated specks and the pixels around them
     (`recast.digits.rewards.specks.speck_mask`; 0 on a real glyph, so real canvases score exactly as before): a
     speck is a steep edge of its own, and two far specks raised the old reward on 99.6 % of base samples, by +0.15
-    on average (1.7 batch stds), a gradient towards speckle in every setting that trains sharpness. Informative
-    late."""
+    on average (1.7 batch stds), a gradient towards speckle in every setting that trains sharpness. Informative mid
+    to late: on the committed base model the ground truth puts its gains at column 2.87 of 0..5 (3.18 while it read
+    specks), earlier than the blur judge's own verdict (3.63)."""
     from recast.digits.rewards.specks import speck_mask
 
     _specs(prompts, images.shape[0])

@@ -11,10 +11,14 @@ A speck is a bright spot with a dark ring: a 3x3 window whose ink, read relative
 least a bright pixel's worth, centred where the ring of pixels at Chebyshev distance ``SPECK_RING`` holds no ink.
 Any part of a stroke has ink at distance 2 (strokes are longer than 3 px), a stroke's end too, so a real glyph
 scores ~1 whatever its shape, size or brightness. The window reads a speck's mass, not its peak, so a blur does not
-hide it: a count of bright pixels (a first version of this reward) lost blurred specks and paid for blur, by
-+0.19 on average and on 88 % of base samples at 0.75 px (`scripts/speck_probe.py`). The speckle judge reads the same property by another route: connected components of the thresholded ink
-mask, far from the largest one (`recast.digits.judges.ink`); this reward has neither components nor a notion of
-"the glyph", only each window's own neighbourhood, and it is soft.
+hide it: a count of bright pixels (a first version of this reward) lost blurred specks and paid for blur, by +0.19
+on average and on 88 % of base samples at 0.75 px (`scripts/speck_probe.py`). A blur still pays a little (+0.036 at
+0.75 px): it spreads the glyph's ink onto the ring of specks near it, and they stop counting. Trained alone,
+speck_free removes speckle and blurs (README "Each reward alone"); clean's mean stray ink pays against that spread.
+
+The speckle judge reads the same property by another route: connected components of the thresholded ink mask, far
+from the largest one (`recast.digits.judges.ink`); this reward has neither components nor a notion of "the glyph",
+only each window's own neighbourhood, and it is soft.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ __all__ = ["SPECK_COUNT", "SPECK_FREE_INK_MASS", "SPECK_LEVEL", "SPECK_PEAK_MIN"
 SPECK_LEVEL: float = 0.5  # a 3x3 window holding this much ink (in units of the canvas' peak pixel) counts half
 SPECK_RING: int = 3  # a window is isolated when the pixels at this Chebyshev distance from its centre hold no ink
 SPECK_RING_INK: float = 0.3  # ... where ink is this share of the peak above the background, softly
-SPECK_PEAK_MIN: float = 0.25  # the peak the levels are shares of is at least this (a near-empty canvas is not stretched)
+SPECK_PEAK_MIN: float = 0.25  # the peak the levels are shares of is at least this (a near-empty canvas is not blown up)
 SPECK_TEMP: float = 0.05  # softness of both levels (a sigmoid's temperature in intensity units)
 SPECK_COUNT: float = 1.5  # isolated specks that cost speck_free a factor 1/e (the speckle judge fails at 2)
 SPECK_FREE_INK_MASS: float = 2.0  # hinge: a canvas with less ink above the background than this is scaled down
