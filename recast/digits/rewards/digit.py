@@ -210,7 +210,7 @@ def sharpness_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
     _specs(prompts, images.shape[0])
     J = above_background(images)
-    keep = 1.0 - speck_mask(images)  # a difference counts when neither of its two pixels is on or next to a speck
+    keep = 1.0 - speck_mask(J)  # a difference counts when neither of its two pixels is on or next to a speck
     gy = (J[:, 1:, :] - J[:, :-1, :]).abs() * torch.minimum(keep[:, 1:, :], keep[:, :-1, :])
     gx = (J[:, :, 1:] - J[:, :, :-1]).abs() * torch.minimum(keep[:, :, 1:], keep[:, :, :-1])
     slope = (gy.pow(2).sum((1, 2)) + gx.pow(2).sum((1, 2))) / ((gy.sum((1, 2)) + gx.sum((1, 2)))

@@ -55,10 +55,10 @@ def _ring_max(J: torch.Tensor, r: int) -> torch.Tensor:
     return patches[:, ring.flatten().to(J.device)].amax(1).reshape(J.shape)
 
 
-def _speck_windows(images: torch.Tensor) -> torch.Tensor:
-    """``(B, 1, H, W)``: how much each 3x3 window is an isolated speck, ``bright(m_p) * (1 - inked(ring_p))`` with
-    ``m`` the window's ink and ``ring`` the max of ``J`` at distance SPECK_RING (see `isolated_specks`)."""
-    J = above_background(images)
+def _speck_windows(J: torch.Tensor) -> torch.Tensor:
+    """``(B, 1, H, W)`` from the ink above the background ``J (B, H, W)`` (`above_background`): how much each 3x3
+    window is an isolated speck, ``bright(m_p) * (1 - inked(ring_p))`` with ``m`` the window's ink and ``ring`` the
+    max of ``J`` at distance SPECK_RING, both relative to the peak (see `isolated_specks`)."""
     J = (J / J.flatten(1).amax(1).clamp_min(SPECK_PEAK_MIN)[:, None, None])[:, None]
     window = F.avg_pool2d(J, 3, 1, 1) * 9  # zero padding: the ink of each 3x3 window
     return _soft_above(window, SPECK_LEVEL) * (1 - _soft_above(_ring_max(J, SPECK_RING), SPECK_RING_INK))
@@ -73,14 +73,15 @@ def isolated_specks(images: torch.Tensor) -> torch.Tensor:
     A lone pixel as bright as the peak counts 1, and still ~1 after a blur of 0.75 px (its window keeps most of its
     mass); two touching pixels count ~1 to 2; a stroke, its ends included, counts ~0 at any brightness; a uniform
     wash counts 0 (it is not above the background)."""
-    return _speck_windows(images).sum((1, 2, 3)) / 9
+    return _speck_windows(above_background(images)).sum((1, 2, 3)) / 9
 
 
-def speck_mask(images: torch.Tensor) -> torch.Tensor:
+def speck_mask(J: torch.Tensor) -> torch.Tensor:
     """Soft mask ``(B, H, W)`` in [0, 1] of the isolated specks and the pixels around them (the speck windows of
-    `isolated_specks`, dilated by one pixel): 0 on a real glyph, ~1 on and next to a stray speck. The sharpness
-    reward leaves these pixels out, so a speck is not read as a steep edge of the glyph."""
-    return F.max_pool2d(_speck_windows(images), 3, 1, 1)[:, 0].clamp(0.0, 1.0)
+    `isolated_specks`, dilated by one pixel), from the ink above the background ``J (B, H, W)``
+    (`above_background`): 0 on a real glyph, ~1 on and next to a stray speck. The sharpness reward leaves these
+    pixels out, so a speck is not read as a steep edge of the glyph."""
+    return F.max_pool2d(_speck_windows(J), 3, 1, 1)[:, 0].clamp(0.0, 1.0)
 
 
 def speck_free_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
@@ -95,5 +96,7 @@ def speck_free_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     / +0.188 / +0.274; `scripts/speck_probe.py`). When it is informative: README "When is each reward
     informative?"."""
     _specs(prompts, images.shape[0])
-    hinge = (above_background(images).sum((1, 2)) / SPECK_FREE_INK_MASS).clamp(0.0, 1.0)
-    return (torch.exp(-isolated_specks(images) / SPECK_COUNT) * hinge).float()
+    J = above_background(images)
+    count = _speck_windows(J).sum((1, 2, 3)) / 9  # `isolated_specks`, on the J computed once
+    hinge = (J.sum((1, 2)) / SPECK_FREE_INK_MASS).clamp(0.0, 1.0)
+    return (torch.exp(-count / SPECK_COUNT) * hinge).float()
