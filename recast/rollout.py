@@ -27,6 +27,7 @@ __all__ = [
     "debiased_values",
     "RolloutEstimate",
     "rollout_estimate",
+    "discriminability_from_ends",
     "rollout_discriminability",
     "reward_agreement",
 ]
@@ -179,6 +180,54 @@ class RolloutEstimate:
         return lo, hi
 
 
+def discriminability_from_ends(p_ends: torch.Tensor, T: int, *, alpha: float = 2.0, debias: bool = True,
+                               bootstrap: int = 0, generator: torch.Generator | None = None
+                               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The ground truth's D (K, T + 1) from the p of every continuation's end, and its bootstrap over the N states.
+
+    V at grid index j (1 <= j < T) is the mean of p over the M ends continued from that state (`debiased_values`
+    when ``debias``); D[j] = renyi(V), D[0] = 0, D[T] = renyi(p) over all the ends together. This is the part of
+    `rollout_estimate` after sampling: given the same ends it gives the same D, so any reward can be re-scored on
+    stored ends without sampling again (`scripts/timing_cache.py`).
+
+    Args:
+        p_ends: (T − 1, M, N, K) float64 p of the ends (for T = 1: (1, 1, N, K), the clean samples' p).
+        T: grid steps.
+        alpha: Rényi order; debias: remove the Monte-Carlo variance of the M-sample means.
+        bootstrap: R replicates over the N states (0 = none); generator: draws the bootstrap's seed.
+
+    Returns:
+        (D (K, T + 1) float64, D_boot (R, K, T + 1) or None).
+    """
+    from recast.informativeness import renyi_rows
+
+    if p_ends.ndim != 4 or p_ends.shape[0] != max(T - 1, 1):
+        raise ValueError(f"p_ends must be (T - 1, M, N, K) = ({max(T - 1, 1)}, M, N, K), got {tuple(p_ends.shape)}")
+    p_ends = p_ends.double().cpu()
+    _, _, N, K = p_ends.shape
+    V = torch.zeros(T + 1, N, K, dtype=torch.float64)
+    for j in range(1, T):
+        V[j] = debiased_values(p_ends[j - 1]) if debias else p_ends[j - 1].mean(0)
+    pe = p_ends.numpy()
+
+    def estimate(idx: np.ndarray) -> np.ndarray:
+        """D (R, K, T+1) on resampled states idx (R, N)."""
+        D = np.zeros((idx.shape[0], K, T + 1))
+        for k in range(K):
+            for j in range(1, T):
+                D[:, k, j] = renyi_rows(V[j, :, k].numpy()[idx], alpha)
+            D[:, k, T] = renyi_rows(pe[:, :, :, k][:, :, idx].transpose(2, 0, 1, 3).reshape(idx.shape[0], -1), alpha)
+        return D
+
+    D = torch.from_numpy(estimate(np.arange(N)[None])[0])
+    D_boot = None
+    if bootstrap > 0:
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+        idx = np.random.default_rng(seed).integers(0, N, size=(bootstrap, N))
+        D_boot = torch.from_numpy(estimate(idx))
+    return D, D_boot
+
+
 @torch.no_grad()
 def rollout_estimate(transformer, embeds: PromptEmbeds, x0: torch.Tensor, sigmas: torch.Tensor, reward_fn: RewardFn,
                      prompts: Sequence[str], decode: Callable[[torch.Tensor], torch.Tensor], *, num_rollouts: int = 8,
@@ -204,8 +253,6 @@ def rollout_estimate(transformer, embeds: PromptEmbeds, x0: torch.Tensor, sigmas
     Returns:
         RolloutEstimate (not PAV-projected; the caller post-processes).
     """
-    from recast.informativeness import renyi_rows
-
     T = len(sigmas) - 1
     raw = reward_fn(decode(x0), list(prompts)).float()
     scalar = raw.ndim == 1
@@ -215,35 +262,16 @@ def rollout_estimate(transformer, embeds: PromptEmbeds, x0: torch.Tensor, sigmas
         return (to_p(r) if to_p is not None else r).double().cpu()
 
     p_clean = as_p(raw)
-    N, K = p_clean.shape
-    V = torch.zeros(T + 1, N, K, dtype=torch.float64)
     ends = []
     for j in range(1, T):
         sigma = float(sigmas[j])
         eps = torch.randn(x0.shape, generator=generator, dtype=x0.dtype).to(x0.device)
         x_sigma = (1 - sigma) * x0 + sigma * eps
-        p = as_p(_continuation_rewards(transformer, embeds, x_sigma, j, sigmas, reward_fn, prompts, decode,
-                                       num_rollouts, substeps, generator))
-        V[j] = debiased_values(p) if debias else p.mean(0)
-        ends.append(p)
+        ends.append(as_p(_continuation_rewards(transformer, embeds, x_sigma, j, sigmas, reward_fn, prompts, decode,
+                                               num_rollouts, substeps, generator)))
     p_ends = torch.stack(ends) if ends else p_clean[None, None]
-
-    def estimate(idx: np.ndarray) -> np.ndarray:
-        """D (R, K, T+1) on resampled states idx (R, N)."""
-        D = np.zeros((idx.shape[0], K, T + 1))
-        pe = p_ends.numpy()
-        for k in range(K):
-            for j in range(1, T):
-                D[:, k, j] = renyi_rows(V[j, :, k].numpy()[idx], alpha)
-            D[:, k, T] = renyi_rows(pe[:, :, :, k][:, :, idx].transpose(2, 0, 1, 3).reshape(idx.shape[0], -1), alpha)
-        return D
-
-    D = torch.from_numpy(estimate(np.arange(N)[None])[0])
-    D_boot = None
-    if bootstrap > 0:
-        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
-        idx = np.random.default_rng(seed).integers(0, N, size=(bootstrap, N))
-        D_boot = torch.from_numpy(estimate(idx))
+    D, D_boot = discriminability_from_ends(p_ends, T, alpha=alpha, debias=debias, bootstrap=bootstrap,
+                                           generator=generator)
     return RolloutEstimate(sigmas=sigmas, D=D, D_boot=D_boot, p_clean=p_clean, p_ends=p_ends, scalar_reward=scalar)
 
 

@@ -1,0 +1,87 @@
+"""Figure 02's ground truth for any reward in seconds: record the continuation ends once, score rewards on them.
+
+    python scripts/timing_cache.py record --seed 0            # ~8 min (2 cores): runs/ends/seed_0.pt, 256 x 8
+    python scripts/timing_cache.py record --seed 1            # figure 02's second batch
+    python scripts/timing_cache.py score sharpness speck_free verdict:not_blur
+    python scripts/timing_cache.py score sharpness --module my_rewards   # my_rewards.sharpness(images, prompts)
+
+`record` draws what notebook 02 draws at its committed size (256 prompts spread over the train prompts, 8
+continuations, 4 substeps, seed 0 and replicate seed 1), so `score` gives figure 02's D for every registered reward
+exactly (`recast.informativeness.ends`); only the bootstrap bands use their own seed. Names are registered rewards,
+``verdict:<judge>`` for a held-out judge's own 0/1 verdict (`recast.digits.judges.agreement.judge_verdicts`), or
+functions of a ``--module`` on the path, for candidates that are not registered yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+
+
+def _reward(name: str, module: str | None):
+    import torch
+
+    from recast.digits.judges.agreement import judge_verdicts
+    from recast.digits.rewards import get
+
+    if name.startswith("verdict:"):
+        key = name.split(":", 1)[1]
+        return lambda images, prompts: judge_verdicts(images.clamp(0, 1), prompts)[key].float()
+    if module is not None and hasattr(mod := importlib.import_module(module), name):
+        return getattr(mod, name)
+    return get(name)(torch.device("cpu"))
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    import torch
+
+    import recast
+    from recast.digits.data import prompt_set
+    from recast.informativeness.ends import RolloutEnds, ends_profile, record_ends
+    from recast.world import load_world
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    rec = sub.add_parser("record", help="draw and store the ends")
+    rec.add_argument("--seed", type=int, default=0)
+    rec.add_argument("--num-prompts", type=int, default=256)
+    rec.add_argument("--num-rollouts", type=int, default=8)
+    rec.add_argument("--substeps", type=int, default=4)
+    rec.add_argument("--threads", type=int, default=2)
+    sc = sub.add_parser("score", help="score rewards on stored ends")
+    sc.add_argument("names", nargs="+")
+    sc.add_argument("--module", help="import candidate rewards from this module first")
+    sc.add_argument("--seeds", default="0,1", help="which recorded batches to score")
+    for p in (rec, sc):
+        p.add_argument("--dir", default="runs/ends", help="where the ends are stored")
+    a = ap.parse_args(argv)
+    root = Path(recast.__file__).resolve().parents[1]
+    folder = Path(a.dir) if Path(a.dir).is_absolute() else root / a.dir
+    if a.cmd == "record":
+        torch.set_num_threads(a.threads)
+        world = load_world(f"digits:{root / 'data/digit_base'}")
+        pool = prompt_set("train")
+        prompts = pool[:: max(1, len(pool) // a.num_prompts)][:a.num_prompts]
+        ends = record_ends(world, prompts, num_rollouts=a.num_rollouts, substeps=a.substeps, seed=a.seed)
+        print(ends.save(folder / f"seed_{a.seed}.pt"))
+        return []
+    batches = {int(s): RolloutEnds.load(folder / f"seed_{int(s)}.pt") for s in a.seeds.split(",")}
+    rows = []
+    print("| reward | batch | centre of mass [5-95 %] | share in the cleanest third | D(0) |")
+    print("|---|---|---|---|---|")
+    for name in a.names:
+        fn = _reward(name, a.module)
+        for seed, ends in batches.items():
+            prof = ends_profile(ends, fn)
+            row = {"name": name, "seed": seed, "com": float(prof["com"][0]), "com_lo": float(prof["com_lo"][0]),
+                   "com_hi": float(prof["com_hi"][0]), "cleanest_third_share": float(prof["cleanest_third_share"][0]),
+                   "D0": float(prof["D"][0, -1])}
+            rows.append(row)
+            print(f"| {name} | {seed} | {row['com']:.2f} [{row['com_lo']:.2f}, {row['com_hi']:.2f}] | "
+                  f"{row['cleanest_third_share']:.2f} | {row['D0']:.3f} |")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

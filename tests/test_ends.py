@@ -1,0 +1,77 @@
+"""Stored continuation ends (`recast.informativeness.ends`): re-scoring a reward on them gives the ground truth's D."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from recast.informativeness.ends import RolloutEnds, ends_profile, record_ends
+from recast.informativeness.probe import estimate_profiles, stack_rewards
+from recast.rollout import discriminability_from_ends
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = ("digit", "color", "sharpness", "speck_free")
+
+
+@pytest.fixture(scope="module")
+def world():
+    from recast.world import load_world
+
+    return load_world(f"digits:{ROOT / 'data/digit_base'}")
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    from recast.digits.data import prompt_set
+
+    return prompt_set("train")[:16:2]
+
+
+def test_stored_ends_reproduce_the_ground_truth_exactly(world, prompts, tmp_path):
+    """The same prompts, grid, sampler settings and seed: D on the stored ends equals estimate_profiles' rollout D
+    bit for bit, after a save and load; the world's rewards are restored after recording."""
+    kw = dict(num_rollouts=2, substeps=2, bootstrap=20, seed=3)
+    ref = estimate_profiles(world, list(NAMES), prompts, **kw)["rollout"]
+    ends = record_ends(world, prompts, **kw)
+    assert "reward" not in vars(world)  # the class's reward method again
+    assert ends.clean.shape == (8, 3, 24, 24) and ends.ends.shape == (5, 2, 8, 3, 24, 24)
+    ends = RolloutEnds.load(ends.save(tmp_path / "ends.pt"))
+    prof = ends_profile(ends, stack_rewards([world.reward(n, "cpu") for n in NAMES]), bootstrap=50)
+    assert torch.equal(prof["D"], ref.D)
+    assert prof["D_boot"].shape == (50, 4, 7)
+    assert ((prof["com_lo"] <= prof["com"] + 1e-9) & (prof["com"] <= prof["com_hi"] + 1e-9)).all()
+    torch.testing.assert_close(prof["cleanest_third_share"], prof["gains"][:, -2:].sum(1) / prof["gains"].sum(1))
+    # one reward at a time gives that reward's row
+    one = ends_profile(ends, world.reward("color", "cpu"), bootstrap=0)
+    torch.testing.assert_close(one["D"][0], ref.D[1], rtol=0, atol=1e-12)
+    assert torch.isnan(one["com_lo"]).all() and one["D_boot"] is None
+
+
+def test_record_ends_and_load_reject_bad_input(world, prompts, tmp_path):
+    with pytest.raises(ValueError, match="num_rollouts"):
+        record_ends(world, prompts, num_rollouts=1)
+    with pytest.raises(FileNotFoundError, match="record them"):
+        RolloutEnds.load(tmp_path / "missing.pt")
+
+
+def test_discriminability_from_ends_closed_forms():
+    """Ends that do not depend on the state give D = 0 at every interior point after debiasing (up to the batch's
+    own sampling of a constant), ends equal to a per-state value give D(σ_j) = renyi(value) at every j; and D[T]
+    pools every end; a wrong shape is refused."""
+    from recast.informativeness import renyi_rows
+
+    T, M, N = 4, 3, 50
+    g = torch.Generator().manual_seed(0)
+    v = torch.rand(N, 1, generator=g, dtype=torch.float64) + 0.5
+    decided = v[None, None].expand(T - 1, M, N, 1).clone()
+    D, boot = discriminability_from_ends(decided, T)
+    want = float(renyi_rows(v[:, 0].numpy()[None], 2.0)[0])
+    torch.testing.assert_close(D[0, 1:], torch.full((T,), want, dtype=torch.float64))
+    assert D[0, 0] == 0 and boot is None
+    undecided = torch.rand(T - 1, M, N, 1, generator=g, dtype=torch.float64) + 0.5
+    D, boot = discriminability_from_ends(undecided, T, bootstrap=10, generator=g)
+    assert D[0, 1:T].abs().max() < 0.02 and boot.shape == (10, 1, T + 1)
+    with pytest.raises(ValueError, match="p_ends"):
+        discriminability_from_ends(decided[:2], T)
