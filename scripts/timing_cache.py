@@ -4,6 +4,8 @@
     python scripts/timing_cache.py record --seed 1            # figure 02's second batch
     python scripts/timing_cache.py score sharpness speck_free verdict:not_blur
     python scripts/timing_cache.py score sharpness --module my_rewards   # my_rewards.sharpness(images, prompts)
+    python scripts/timing_cache.py score sharpness sharpness_steep speck_free speck_free_abs verdict:not_blur \
+        verdict:not_speckle --csv timing_candidates.csv      # the committed table (README)
 
 `record` draws what notebook 02 draws at its committed size (256 prompts spread over the train prompts, 8
 continuations, 4 substeps, seed 0 and replicate seed 1), so `score` gives figure 02's D for every registered reward
@@ -53,6 +55,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     sc.add_argument("names", nargs="+")
     sc.add_argument("--module", help="import candidate rewards from this module first")
     sc.add_argument("--seeds", default="0,1", help="which recorded batches to score")
+    sc.add_argument("--csv", help="also write the rows to this CSV (relative paths: under data/results)")
     for p in (rec, sc):
         p.add_argument("--dir", default="runs/ends", help="where the ends are stored")
     a = ap.parse_args(argv)
@@ -80,6 +83,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
             rows.append(row)
             print(f"| {name} | {seed} | {row['com']:.2f} [{row['com_lo']:.2f}, {row['com_hi']:.2f}] | "
                   f"{row['cleanest_third_share']:.2f} | {row['D0']:.3f} |")
+    if a.csv:
+        from recast.io import write_csv
+        from recast.sweep import results_dir
+
+        write_csv(Path(a.csv) if Path(a.csv).is_absolute() else results_dir() / a.csv, rows)
     return rows
 
 

@@ -232,3 +232,26 @@ def test_committed_verdict_timing_matches_figure_02_and_puts_the_defects_late():
         v = rows[f"verdict:{verdict}"]
         assert float(v["cleanest_third_share"]) > 0.5 and float(v["com"]) > float(rows[reward]["com"]) + 0.5
     assert float(rows["verdict:not_fade"]["cleanest_third_share"]) < 0.05
+
+
+def test_committed_timing_candidates_reproduce_figure_02_and_put_sharpness_steep_late():
+    """`scripts/timing_cache.py` scores rewards on figure 02's stored continuation ends: its rows for the registered
+    rewards are figure 02's ground truth in both batches; sharpness_steep, read from the steepest edges, has its
+    centre of mass at 3.5 or later with most of its gains in the cleanest third (columns 4-5), where sharpness has
+    a tenth of them (README "When is each reward informative?")."""
+    import json
+
+    from recast.informativeness import gains_centre_of_mass
+    from recast.io import read_csv
+
+    root = Path(__file__).resolve().parents[1] / "data/results"
+    rows = {(r["name"], int(r["seed"])): r for r in read_csv(root / "timing_candidates.csv")}
+    d = json.loads((root / "informativeness_base_256.json").read_text())
+    for seed, gt in ((0, d["rollout"]), (1, d["replicate"]["rollout"])):
+        com = dict(zip(gt["reward_names"], gains_centre_of_mass(torch.tensor(gt["gains"])).tolist()))
+        for name in ("sharpness", "speck_free"):
+            assert float(rows[(name, seed)]["com"]) == pytest.approx(com[name], abs=1e-6), (name, seed)
+        steep = rows[("sharpness_steep", seed)]
+        assert float(steep["com"]) >= 3.5 - 1e-9 and float(steep["cleanest_third_share"]) > 0.5
+        assert float(steep["com"]) > com["sharpness"] + 0.5
+        assert float(rows[("sharpness", seed)]["cleanest_third_share"]) < 0.15

@@ -40,7 +40,7 @@ def _other(values, v):
 
 
 def test_registry_names_settings_and_unknown():
-    in_no_setting = {"placebo", "position", "size", "clean", "clean_mass"}
+    in_no_setting = {"placebo", "position", "size", "clean", "clean_mass", "speck_free_abs", "sharpness_steep"}
     assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | in_no_setting
     assert rewards.SETTINGS["compose"] == ("digit", "color", "position_flat", "size_half_max", "sharpness")
     assert rewards.SETTINGS["quality"] == ("sharpness", "speck_free", "contrast", "realism")
@@ -420,3 +420,59 @@ def test_sharpness_does_not_pay_for_stray_specks(batch, fns):
         for y0, x0, y1, x1 in others[:2]:
             speckled[b, :, (y0 + y1) // 2, (x0 + x1) // 2] = 1.0
     torch.testing.assert_close(sharp(speckled, prompts), sharp(images, prompts), rtol=0, atol=0.01)
+
+
+def test_speck_free_abs_counts_a_speck_by_its_own_brightness_not_the_glyphs():
+    """speck_free_abs reads its levels as absolute intensities: beside a stroke, a speck of brightness a costs
+    exactly exp(-bright(a) / SPECK_COUNT), however bright the stroke. speck_free reads them as shares of the
+    canvas' peak, so the same speck beside a brighter stroke counts less (the route by which, trained alone, it
+    brightens the glyph). A blur keeps most of a speck either way, and a stroke counts 0."""
+    from recast.digits.rewards.degrade import gaussian_blur
+    from recast.digits.rewards.specks import SPECK_COUNT, SPECK_LEVEL, _soft_above
+
+    abs_fn, rel_fn = rewards.get("speck_free_abs")("cpu"), rewards.get("speck_free")("cpu")
+
+    def canvas(stroke, speck):
+        x = torch.zeros(1, 3, 24, 24)
+        x[:, :, 4:16, 10:12] = stroke
+        x[:, :, 21, 2] = speck
+        return x
+
+    p = ["a small red 1 at the top left"]
+    for stroke in (0.6, 1.0):
+        bare = abs_fn(canvas(stroke, 0.0), p).item()
+        assert bare > 0.995
+        for a in (0.4, 0.5, 0.7, 1.0):
+            want = math.exp(-_soft_above(torch.tensor(a), SPECK_LEVEL).item() / SPECK_COUNT)
+            assert abs_fn(canvas(stroke, a), p).item() / bare == pytest.approx(want, abs=1e-3), (stroke, a)
+    # the relative version: a 0.5 speck beside a 0.5 stroke is a whole speck, beside a 1.0 stroke half of one
+    assert rel_fn(canvas(0.5, 0.5), p).item() == pytest.approx(math.exp(-1 / SPECK_COUNT), abs=1e-3)
+    assert rel_fn(canvas(1.0, 0.5), p).item() == pytest.approx(math.exp(-0.5 / SPECK_COUNT), abs=1e-3)
+    assert abs_fn(gaussian_blur(canvas(1.0, 1.0), 0.75), p).item() < math.exp(-0.9 / SPECK_COUNT)
+
+
+def test_sharpness_steep_closed_forms_and_blur(batch, fns):
+    """steep_slope is the |g|^3-weighted mean step as a share of the peak: 1 for a step edge of any height, exactly
+    1 / w for a linear ramp of w steps, 0 on an empty canvas, the same under a wash; on real canvases a blur lowers
+    sharpness_steep on every sample, and more than it lowers sharpness."""
+    from recast.digits.rewards.degrade import gaussian_blur
+    from recast.digits.rewards.digit import above_background
+    from recast.digits.rewards.steep import steep_slope
+
+    square = torch.zeros(1, 3, 24, 24)
+    square[:, :, 6:14, 6:14] = 0.7
+    assert steep_slope(above_background(square)).item() == pytest.approx(1.0, abs=1e-4)
+    for w in (1, 2, 3):  # every row the same (no vertical steps): up 0 -> 1 in w steps of 1 / w, flat, down again
+        ramp = torch.zeros(1, 3, 24, 24)
+        ramp[:, :, :, 4:4 + w] = torch.arange(1, w + 1).float() / w
+        ramp[:, :, :, 4 + w:8 + w] = 1.0
+        ramp[:, :, :, 8 + w:8 + 2 * w] = torch.arange(w - 1, -1, -1).float() / w
+        assert steep_slope(above_background(ramp)).item() == pytest.approx(1 / w, rel=1e-4), w
+    assert steep_slope(above_background(torch.zeros(2, 3, 24, 24))).abs().max() < 1e-6
+    images, prompts, _ = batch
+    fn = fns["sharpness_steep"]
+    real = fn(images, prompts)
+    torch.testing.assert_close(fn(images * 0.7 + 0.2, prompts), real, atol=0.02, rtol=0)  # a wash
+    blurred = gaussian_blur(images, 0.75)
+    drop, drop_mean = real - fn(blurred, prompts), fns["sharpness"](images, prompts) - fns["sharpness"](blurred, prompts)
+    assert (drop > 0).all() and drop.mean() > drop_mean.mean()

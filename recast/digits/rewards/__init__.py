@@ -15,6 +15,7 @@ import torch
 
 from recast.digits.rewards import digit as _rules
 from recast.digits.rewards import specks as _specks
+from recast.digits.rewards import steep as _steep
 
 RewardFn = Callable[[torch.Tensor, list[str]], torch.Tensor]
 Factory = Callable[..., RewardFn]
@@ -127,6 +128,8 @@ _REGISTRY: dict[str, Factory] = {
     "clean_mass": _rule(_rules.clean_mass_reward),
     # quality's speckle reward since the glyph-only round: isolated specks only (clean is in no setting)
     "speck_free": _rule(_specks.speck_free_reward),
+    "speck_free_abs": _rule(_specks.speck_free_abs_reward),
+    "sharpness_steep": _rule(_steep.sharpness_steep_reward),
     # no signal, in no setting: the null of training for the single-reward runs (`recast.alone`)
     "placebo": _rule(_rules.placebo_reward),
 }
