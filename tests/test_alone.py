@@ -313,3 +313,36 @@ def test_committed_glyph_round_alone_table_gives_the_readme_verdicts():
     vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
     assert vs[("speck_free", "judge/defect_blur")] == "worse" and vs[("speck_free", "judge/defect_speckle")] == "better"
     assert not [k for k, v in vs.items() if v == "worse" and k[0] in ("clean", "sharpness")]
+
+
+def test_committed_second_glyph_round_alone_table_gives_the_readme_verdicts():
+    """The stored-ends round's single-reward table (README "Each reward alone"), the glyph-only blur judge on the
+    rewards the first glyph-only table did not re-score: recomputed from its committed runs it is the committed
+    table; colour passes; digit fails on blur, position_flat on colour, size_half_max because its judge does not
+    rise by a seed-std, speck_free_abs on blur, which it alone also loses against the placebo (with size_half_max)."""
+    from pathlib import Path
+
+    from recast.alone import alone_table, versus_control
+    from recast.io import read_csv
+
+    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    runs = read_csv(results / "alone_glyph_round2_reeval256_runs.csv")
+    table = alone_table(runs)
+    committed = read_csv(results / "alone_glyph_round2_reeval256.csv")
+    assert [(r["reward"], r["judge"], r["improved"], r["worse"]) for r in table] == \
+        [(r["reward"], r["judge"], r["improved"], r["worse"]) for r in committed]
+    verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
+    assert verdict == {"speck_free_abs": False, "digit": False, "color": True, "position_flat": False,
+                       "size_half_max": False, "placebo": True}, verdict
+    matching_up = {r["reward"]: r["improved"] for r in table if r["matching"] and r["judge"] != "*"}
+    worse = {}
+    for r in table:
+        if r["worse"] and r["judge"] != "*":
+            worse.setdefault(r["reward"], []).append(r["judge"])
+    assert worse == {"digit": ["judge/defect_blur"], "position_flat": ["judge/color"],
+                     "speck_free_abs": ["judge/defect_blur"]}, worse
+    assert matching_up["color"] and matching_up["digit"] and matching_up["position_flat"]
+    assert not matching_up["size_half_max"]
+    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    assert sorted(k for k, v in vs.items() if v == "worse") == [("size_half_max", "judge/defect_blur"),
+                                                                ("speck_free_abs", "judge/defect_blur")]
