@@ -8,7 +8,8 @@ On the audit's samples it prints, and writes to data/results/speck_probe.csv:
 - what two stray specks (white pixels at the centres of two quadrants the glyph is not in) do to sharpness before
   this round (no speck mask) and now, and to the blur verdict;
 - what a Gaussian blur of 0.5, 0.75 and 1 px does to speck_free and to a count of bright pixels (the first version of
-  speck_free) on the same samples: the share of samples whose score rises and the mean change.
+  speck_free) on the same samples: the share of samples whose score rises and the mean change;
+- since the stored-ends round, the same for the variants speck_free_abs and sharpness_steep, and for sharpness.
 Analysis only: it calls the library's judges and rewards, and spells out the two old formulas it compares with.
 """
 
@@ -85,16 +86,21 @@ def main() -> list[dict]:
 
     specked = _two_specks(images, prompts)
     sharp = get("sharpness")("cpu")
+    steep = get("sharpness_steep")("cpu")
     for name, fn in (("sharpness before this round", _sharpness_before),
-                     ("sharpness now", lambda x: sharp(x, prompts))):
+                     ("sharpness now", lambda x: sharp(x, prompts)),
+                     ("sharpness_steep (stored-ends round)", lambda x: steep(x, prompts))):
         a, b = fn(images), fn(specked)
         row(f"{name}: mean change from two far specks", (b - a).mean())
         row(f"{name}: share of samples raised by two far specks", (b > a + 1e-3).float().mean())
     row("blur rate with two far specks added, glyph only", judge_defects(specked).blur.float().mean())
 
-    speck_free = get("speck_free")("cpu")
+    speck_free, speck_free_abs = get("speck_free")("cpu"), get("speck_free_abs")("cpu")
     for name, fn in (("speck_free", lambda x: speck_free(x, prompts)),
-                     ("bright-pixel count", _bright_pixel_count_reward)):
+                     ("bright-pixel count", _bright_pixel_count_reward),
+                     ("speck_free_abs (stored-ends round)", lambda x: speck_free_abs(x, prompts)),
+                     ("sharpness now", lambda x: sharp(x, prompts)),
+                     ("sharpness_steep (stored-ends round)", lambda x: steep(x, prompts))):
         a = fn(images)
         for s in (0.5, 0.75, 1.0):
             b = fn(gaussian_blur(images, s))

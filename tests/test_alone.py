@@ -346,3 +346,22 @@ def test_committed_second_glyph_round_alone_table_gives_the_readme_verdicts():
     vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
     assert sorted(k for k, v in vs.items() if v == "worse") == [("size_half_max", "judge/defect_blur"),
                                                                 ("speck_free_abs", "judge/defect_blur")]
+
+
+def test_committed_sharpness_steep_alone_table_is_reward_hacking():
+    """sharpness_steep, the late-decided variant (README "Each reward alone"): alone it lowers blur, and it hacks:
+    the Fréchet distance rises and every attribute judge falls, also against the placebo."""
+    from pathlib import Path
+
+    from recast.alone import alone_table, versus_control
+    from recast.io import read_csv
+
+    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    runs = read_csv(results / "alone_sharpness_steep_reeval256_runs.csv")
+    table = {(r["reward"], r["judge"]): r for r in alone_table(runs)}
+    assert table[("sharpness_steep", "judge/defect_blur")]["improved"]
+    assert not table[("sharpness_steep", "*")]["improved"]
+    worse = sorted(j for (rw, j), r in table.items() if rw == "sharpness_steep" and r["worse"] and j != "*")
+    assert worse == ["judge/color", "judge/digit", "judge/fid", "judge/position", "judge/size", "judge/strict"]
+    vs = {r["judge"]: r["verdict"] for r in versus_control(runs, "placebo") if r["reward"] == "sharpness_steep"}
+    assert vs["judge/fid"] == "worse" and vs["judge/defect_blur"] == "better"

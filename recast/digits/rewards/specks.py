@@ -116,14 +116,15 @@ def _absolute_speck_windows(J: torch.Tensor) -> torch.Tensor:
 def speck_free_abs_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """A variant of `speck_free_reward` whose speck levels are absolute intensities, in no setting.
 
-    Trained alone, speck_free raises the glyph's peak (0.61 -> 0.72 on the eval sampler's samples, seeds 0-2) while
-    its speck count halves and the judge's barely moves: with levels relative to the peak, a brighter glyph makes
-    every dim blob count less. Here a speck of brightness ``a`` counts ``bright(a)`` whatever the glyph, so that
-    route is closed, and a blur does not pay on base samples (-0.005 at 0.75 px, speck_free +0.036). It still blurs
-    when trained alone (README "Each reward alone"), it decides later than the relative version (figure 02's
-    draws: 3.06 / 3.02 against 3.21 / 3.21), and it agrees less with the speckle verdict (AUC 0.878 against 0.909),
-    so speck_free stays the setting's reward. Thin parts of a faint glyph read as specks: dimming the glyph to 0.6
-    costs up to 0.17."""
+    Trained alone, speck_free raises the glyph's peak ink (0.563 -> 0.693, seeds 0-2,
+    `scripts/alone_samples_probe.py`) while its speck count halves and the judge's falls by a fifth: with levels
+    relative to the peak, a brighter glyph makes every dim blob count less. Here a speck of brightness ``a`` counts
+    ``bright(a)`` whatever the glyph, so that route is closed, and a blur does not pay on base samples (-0.005 at
+    0.75 px, speck_free +0.036; `scripts/speck_probe.py`). Yet trained alone it brightens the peak as much (0.725)
+    and still blurs (README "Each reward alone"): thin parts of a faint glyph read as specks (dimming real glyphs to
+    0.6 costs a fifth of them up to 0.17), another route by which brightness pays. It is decided earlier than the
+    relative version (figure 02's draws: 3.06 / 3.02 against 3.21 / 3.21) and agrees less with the speckle verdict
+    (AUC 0.878 against 0.909), so speck_free stays the setting's reward."""
     _specs(prompts, images.shape[0])
     J = above_background(images)
     count = _absolute_speck_windows(J).sum((1, 2, 3)) / 9
