@@ -19,7 +19,8 @@ MATCHING_VERDICT: dict[str, str] = {
     "digit": "digit", "color": "color", "position": "position", "position_flat": "position", "size": "size",
     "size_half_max": "size",
     "sharpness": "not_blur", "clean": "not_speckle", "clean_mass": "not_speckle",
-    "speck_free": "not_speckle", "speck_free_abs": "not_speckle", "sharpness_steep": "not_blur", "contrast": "not_fade", "realism": "defect_free",
+    "speck_free": "not_speckle", "speck_free_abs": "not_speckle", "sharpness_steep": "not_blur",
+    "contrast": "not_fade", "realism": "defect_free",
 }
 
 

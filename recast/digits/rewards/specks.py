@@ -102,7 +102,7 @@ def speck_free_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return (torch.exp(-count / SPECK_COUNT) * hinge).float()
 
 
-SPECK_ABS_RING_INK: float = 0.2  # speck_free_abs: a ring holding this much absolute intensity above the background is inked
+SPECK_ABS_RING_INK: float = 0.2  # speck_free_abs: a ring with this much intensity above the background is inked
 
 
 def _absolute_speck_windows(J: torch.Tensor) -> torch.Tensor:
