@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from recast.digits.judges.defects import _max_step, judge_defects
     from recast.digits.judges.ink import split_ink
     from recast.digits.rewards.digit import above_background
-    from recast.digits.rewards.specks import _absolute_speck_windows, _speck_windows
+    from recast.digits.rewards.specks import _speck_windows
     from recast.io import write_csv
     from recast.judge_eval import load_policy, sample_test_prompts
     from recast.sweep import results_dir
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                        "judge_specks": specks.float().mean().item(),
                        "speck_free_count": rel.sum((1, 2)).mean().item(),
                        "speck_free_count_far_share": ((rel * far).sum() / rel.sum().clamp_min(1e-9)).item(),
-                       "speck_free_abs_count": (_absolute_speck_windows(J)[:, 0] / 9).sum((1, 2)).mean().item(),
+                       "speck_free_abs_count": (_speck_windows(J, absolute=True)[:, 0] / 9).sum((1, 2)).mean().item(),
                        "max_step": _max_step(I, glyph).mean().item(), "peak": J.flatten(1).amax(1).mean().item()}
                 rows.append(row)
                 print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),

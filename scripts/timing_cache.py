@@ -24,12 +24,11 @@ from pathlib import Path
 def _reward(name: str, module: str | None):
     import torch
 
-    from recast.digits.judges.agreement import judge_verdicts
+    from recast.digits.judges.agreement import verdict_reward
     from recast.digits.rewards import get
 
     if name.startswith("verdict:"):
-        key = name.split(":", 1)[1]
-        return lambda images, prompts: judge_verdicts(images.clamp(0, 1), prompts)[key].float()
+        return verdict_reward(name.split(":", 1)[1])
     if module is not None and hasattr(mod := importlib.import_module(module), name):
         return getattr(mod, name)
     return get(name)(torch.device("cpu"))

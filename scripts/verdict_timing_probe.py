@@ -23,14 +23,14 @@ VERDICTS = ("digit", "color", "position", "size", "not_blur", "not_speckle", "no
 
 def _with_verdicts(world):
     """The world with ``verdict:<name>`` rewards: the judge's verdict on each sample as 0.0 / 1.0."""
-    from recast.digits.judges.agreement import judge_verdicts
+    from recast.digits.judges.agreement import verdict_reward
 
     reward = world.reward
 
     def verdict_or_reward(name, device):
         if name.startswith("verdict:"):
-            key = name.split(":", 1)[1]
-            return lambda images, prompts: judge_verdicts(images.clamp(0, 1), prompts)[key].float().to(device)
+            fn = verdict_reward(name.split(":", 1)[1])
+            return lambda images, prompts: fn(images, prompts).to(device)
         return reward(name, device)
 
     world.reward = verdict_or_reward

@@ -49,3 +49,19 @@ def test_verdicts_cover_every_matching_judge(batch):
 def test_bad_input_is_named(batch, rewards, match):
     with pytest.raises(ValueError, match=match):
         reward_judge_agreement(*batch, rewards)
+
+
+def test_verdict_reward_is_the_verdict_as_0_1_and_names_unknown_verdicts(batch):
+    """A verdict as a pseudo-reward: 1.0 where the judge passes, 0.0 where it fails, on images clamped to [0, 1];
+    an unknown verdict is refused with the valid names."""
+    from recast.digits.judges.agreement import verdict_reward
+
+    images, prompts = batch[0], batch[1]
+    v = judge_verdicts(images, prompts)
+    for key in ("color", "not_speckle"):
+        got = verdict_reward(key)(images, prompts)
+        assert got.dtype == torch.float32 and torch.equal(got, v[key].float())
+    torch.testing.assert_close(verdict_reward("not_fade")(images * 2 - 0.5, prompts),
+                               judge_verdicts((images * 2 - 0.5).clamp(0, 1), prompts)["not_fade"].float())
+    with pytest.raises(ValueError, match="valid: digit"):
+        verdict_reward("sharp")(images, prompts)

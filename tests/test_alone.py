@@ -291,21 +291,30 @@ def test_committed_draw_spreads_give_the_readme_verdicts():
     assert all(v < 0 for v in sharp["judge/defect_blur"]["pooled"]["per_seed"])
 
 
+def _committed_alone_table(name: str):
+    """The committed single-reward runs ``data/results/<name>_runs.csv`` and their `alone_table`, checked to be the
+    committed table ``<name>.csv`` (the same verdicts, row for row)."""
+    from pathlib import Path
+
+    from recast.alone import alone_table
+    from recast.io import read_csv
+
+    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    runs = read_csv(results / f"{name}_runs.csv")
+    table = alone_table(runs)
+    committed = read_csv(results / f"{name}.csv")
+    assert [(r["reward"], r["judge"], r["improved"], r["worse"]) for r in table] == \
+        [(r["reward"], r["judge"], r["improved"], r["worse"]) for r in committed]
+    return runs, table
+
+
 def test_committed_glyph_round_alone_table_gives_the_readme_verdicts():
     """The glyph-only round's single-reward table (README "Each reward alone"): recomputed from its committed runs it
     is the committed table; sharpness and clean pass the rule on the glyph-only blur judge, speck_free fails on blur
     alone, which it also loses against the placebo."""
-    from pathlib import Path
+    from recast.alone import versus_control
 
-    from recast.alone import alone_table, versus_control
-    from recast.io import read_csv
-
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
-    runs = read_csv(results / "alone_glyph_round_reeval256_runs.csv")
-    table = alone_table(runs)
-    committed = read_csv(results / "alone_glyph_round_reeval256.csv")
-    assert [(r["reward"], r["judge"], r["improved"], r["worse"]) for r in table] == \
-        [(r["reward"], r["judge"], r["improved"], r["worse"]) for r in committed]
+    runs, table = _committed_alone_table("alone_glyph_round_reeval256")
     verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
     assert verdict == {"speck_free": False, "clean": True, "sharpness": True, "placebo": True}
     assert [r["judge"] for r in table if r["reward"] == "speck_free" and r["worse"] and r["judge"] != "*"] == \
@@ -320,17 +329,9 @@ def test_committed_second_glyph_round_alone_table_gives_the_readme_verdicts():
     rewards the first glyph-only table did not re-score: recomputed from its committed runs it is the committed
     table; colour passes; digit fails on blur, position_flat on colour, size_half_max because its judge does not
     rise by a seed-std, speck_free_abs on blur, which it alone also loses against the placebo (with size_half_max)."""
-    from pathlib import Path
+    from recast.alone import versus_control
 
-    from recast.alone import alone_table, versus_control
-    from recast.io import read_csv
-
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
-    runs = read_csv(results / "alone_glyph_round2_reeval256_runs.csv")
-    table = alone_table(runs)
-    committed = read_csv(results / "alone_glyph_round2_reeval256.csv")
-    assert [(r["reward"], r["judge"], r["improved"], r["worse"]) for r in table] == \
-        [(r["reward"], r["judge"], r["improved"], r["worse"]) for r in committed]
+    runs, table = _committed_alone_table("alone_glyph_round2_reeval256")
     verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
     assert verdict == {"speck_free_abs": False, "digit": False, "color": True, "position_flat": False,
                        "size_half_max": False, "placebo": True}, verdict
@@ -351,14 +352,10 @@ def test_committed_second_glyph_round_alone_table_gives_the_readme_verdicts():
 def test_committed_sharpness_steep_alone_table_is_reward_hacking():
     """sharpness_steep, the late-decided variant (README "Each reward alone"): alone it lowers blur, and it hacks:
     the Fréchet distance rises and every attribute judge falls, also against the placebo."""
-    from pathlib import Path
+    from recast.alone import versus_control
 
-    from recast.alone import alone_table, versus_control
-    from recast.io import read_csv
-
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
-    runs = read_csv(results / "alone_sharpness_steep_reeval256_runs.csv")
-    table = {(r["reward"], r["judge"]): r for r in alone_table(runs)}
+    runs, rows = _committed_alone_table("alone_sharpness_steep_reeval256")
+    table = {(r["reward"], r["judge"]): r for r in rows}
     assert table[("sharpness_steep", "judge/defect_blur")]["improved"]
     assert not table[("sharpness_steep", "*")]["improved"]
     worse = sorted(j for (rw, j), r in table.items() if rw == "sharpness_steep" and r["worse"] and j != "*")

@@ -159,7 +159,8 @@ def ends_profile(ends: RolloutEnds, reward_fn: Callable[[torch.Tensor, list[str]
     gains = telescoping_gains(D)
     com = gains_centre_of_mass(gains)
     last = -(-T // 3)
-    share = gains[:, -last:].sum(1) / gains.sum(1).where(gains.sum(1) > 0, torch.ones(()))
+    total = gains.sum(1)
+    share = gains[:, -last:].sum(1) / total.where(total > 0, torch.ones(()))
     lo = hi = torch.full_like(com, float("nan"))
     if D_boot is not None:
         R, K, T1 = D_boot.shape

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["MATCHING_VERDICT", "Agreement", "judge_verdicts", "reward_judge_agreement"]
+__all__ = ["MATCHING_VERDICT", "Agreement", "judge_verdicts", "reward_judge_agreement", "verdict_reward"]
 
 # reward -> the held-out verdict it should predict (True = judge passes the sample)
 MATCHING_VERDICT: dict[str, str] = {
@@ -52,6 +52,21 @@ def judge_verdicts(images: torch.Tensor, prompts: list[str]) -> dict[str, torch.
     out = {k: getattr(a, k) for k in ATTRIBUTES + ("strict",)}
     out.update(not_blur=~d.blur, not_speckle=~d.speckle, not_fade=~d.fade, defect_free=~d.any)
     return out
+
+
+def verdict_reward(key: str):
+    """A held-out verdict as a 0/1 pseudo-reward ``(images, prompts) -> float (B,)`` (1 = the judge passes), for
+    the probes that time the judges' own verdicts (`scripts/verdict_timing_probe.py`, `scripts/timing_cache.py`).
+    Images are clamped to [0, 1] first, as the judges expect. An unknown ``key`` fails at the first call, naming the
+    verdicts of `judge_verdicts`."""
+
+    def reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        verdicts = judge_verdicts(images.clamp(0, 1), prompts)
+        if key not in verdicts:
+            raise ValueError(f"unknown verdict {key!r}; valid: {', '.join(verdicts)}")
+        return verdicts[key].float()
+
+    return reward
 
 
 def reward_judge_agreement(images: torch.Tensor, prompts: list[str],

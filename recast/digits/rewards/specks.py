@@ -29,11 +29,12 @@ import torch.nn.functional as F
 from recast.digits.rewards.digit import _specs, above_background
 
 __all__ = ["SPECK_ABS_RING_INK", "SPECK_COUNT", "SPECK_FREE_INK_MASS", "SPECK_LEVEL", "SPECK_PEAK_MIN", "SPECK_RING",
-           "SPECK_RING_INK", "isolated_specks", "speck_free_abs_reward", "speck_free_reward", "speck_mask"]
+           "SPECK_RING_INK", "glyph_steps", "isolated_specks", "speck_free_abs_reward", "speck_free_reward", "speck_mask"]
 
 SPECK_LEVEL: float = 0.5  # a 3x3 window holding this much ink (in units of the canvas' peak pixel) counts half
 SPECK_RING: int = 3  # a window is isolated when the pixels at this Chebyshev distance from its centre hold no ink
 SPECK_RING_INK: float = 0.3  # ... where ink is this share of the peak above the background, softly
+SPECK_ABS_RING_INK: float = 0.2  # speck_free_abs: ... where ink is this much intensity above the background
 SPECK_PEAK_MIN: float = 0.25  # the peak the levels are shares of is at least this (a near-empty canvas is not blown up)
 SPECK_TEMP: float = 0.05  # softness of both levels (a sigmoid's temperature in intensity units)
 SPECK_COUNT: float = 1.5  # isolated specks that cost speck_free a factor 1/e (the speckle judge fails at 2)
@@ -55,13 +56,17 @@ def _ring_max(J: torch.Tensor, r: int) -> torch.Tensor:
     return patches[:, ring.flatten().to(J.device)].amax(1).reshape(J.shape)
 
 
-def _speck_windows(J: torch.Tensor) -> torch.Tensor:
+def _speck_windows(J: torch.Tensor, *, absolute: bool = False) -> torch.Tensor:
     """``(B, 1, H, W)`` from the ink above the background ``J (B, H, W)`` (`above_background`): how much each 3x3
     window is an isolated speck, ``bright(m_p) * (1 - inked(ring_p))`` with ``m`` the window's ink and ``ring`` the
-    max of ``J`` at distance SPECK_RING, both relative to the peak (see `isolated_specks`)."""
-    J = (J / J.flatten(1).amax(1).clamp_min(SPECK_PEAK_MIN)[:, None, None])[:, None]
+    max of ``J`` at distance SPECK_RING, both relative to the peak (see `isolated_specks`). ``absolute``: both in
+    absolute intensity instead, the ring at SPECK_ABS_RING_INK (`speck_free_abs_reward`)."""
+    if absolute:
+        J, ring_ink = J[:, None], SPECK_ABS_RING_INK
+    else:
+        J, ring_ink = (J / J.flatten(1).amax(1).clamp_min(SPECK_PEAK_MIN)[:, None, None])[:, None], SPECK_RING_INK
     window = F.avg_pool2d(J, 3, 1, 1) * 9  # zero padding: the ink of each 3x3 window
-    return _soft_above(window, SPECK_LEVEL) * (1 - _soft_above(_ring_max(J, SPECK_RING), SPECK_RING_INK))
+    return _soft_above(window, SPECK_LEVEL) * (1 - _soft_above(_ring_max(J, SPECK_RING), ring_ink))
 
 
 def isolated_specks(images: torch.Tensor) -> torch.Tensor:
@@ -84,6 +89,17 @@ def speck_mask(J: torch.Tensor) -> torch.Tensor:
     return F.max_pool2d(_speck_windows(J), 3, 1, 1)[:, 0].clamp(0.0, 1.0)
 
 
+def glyph_steps(J: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(gy (B, H-1, W), gx (B, H, W-1), keep (B, H, W))``: the neighbour-to-neighbour differences of the ink above
+    the background ``J``, each scaled by the smaller ``keep = 1 - speck_mask(J)`` of its two pixels, so the glyph's
+    edge steps without the steps a stray speck adds, and ``keep`` itself, for the peak the steps are read against
+    (`recast.digits.rewards.digit.sharpness_reward`, `recast.digits.rewards.steep.steep_slope`)."""
+    keep = 1.0 - speck_mask(J)  # a difference counts when neither of its two pixels is on or next to a speck
+    gy = (J[:, 1:, :] - J[:, :-1, :]).abs() * torch.minimum(keep[:, 1:, :], keep[:, :-1, :])
+    gx = (J[:, :, 1:] - J[:, :, :-1]).abs() * torch.minimum(keep[:, :, 1:], keep[:, :, :-1])
+    return gy, gx, keep
+
+
 def speck_free_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """``exp(-isolated_specks / SPECK_COUNT) * min(1, sum J / SPECK_FREE_INK_MASS)``: no stray specks, on a canvas
     that holds some ink. Range [0, 1]; a real canvas scores >= 0.9 (99 % of them >= 0.98), one bright speck costs a
@@ -95,22 +111,16 @@ def speck_free_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     audit's base samples at 0.5 / 0.75 / 1 px: +0.024 / +0.036 / +0.043 on average; a count of bright pixels: +0.063
     / +0.188 / +0.274; `scripts/speck_probe.py`). When it is informative: README "When is each reward
     informative?"."""
+    return _speck_free_score(images, prompts, absolute=False)
+
+
+def _speck_free_score(images: torch.Tensor, prompts: list[str], *, absolute: bool) -> torch.Tensor:
+    """``exp(-count / SPECK_COUNT) * hinge`` with the count of `_speck_windows` (relative or absolute levels)."""
     _specs(prompts, images.shape[0])
     J = above_background(images)
-    count = _speck_windows(J).sum((1, 2, 3)) / 9  # `isolated_specks`, on the J computed once
+    count = _speck_windows(J, absolute=absolute).sum((1, 2, 3)) / 9  # `isolated_specks`, on the J computed once
     hinge = (J.sum((1, 2)) / SPECK_FREE_INK_MASS).clamp(0.0, 1.0)
     return (torch.exp(-count / SPECK_COUNT) * hinge).float()
-
-
-SPECK_ABS_RING_INK: float = 0.2  # speck_free_abs: a ring with this much intensity above the background is inked
-
-
-def _absolute_speck_windows(J: torch.Tensor) -> torch.Tensor:
-    """`_speck_windows` with both levels in absolute intensity above the background instead of shares of the canvas'
-    peak: the window at SPECK_LEVEL, the ring at SPECK_ABS_RING_INK (`speck_free_abs_reward`)."""
-    J = J[:, None]
-    window = F.avg_pool2d(J, 3, 1, 1) * 9
-    return _soft_above(window, SPECK_LEVEL) * (1 - _soft_above(_ring_max(J, SPECK_RING), SPECK_ABS_RING_INK))
 
 
 def speck_free_abs_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
@@ -125,8 +135,4 @@ def speck_free_abs_reward(images: torch.Tensor, prompts: list[str]) -> torch.Ten
     0.6 costs a fifth of them up to 0.17), another route by which brightness pays. It is decided earlier than the
     relative version (figure 02's draws: 3.06 / 3.02 against 3.21 / 3.21) and agrees less with the speckle verdict
     (AUC 0.878 against 0.909), so speck_free stays the setting's reward."""
-    _specs(prompts, images.shape[0])
-    J = above_background(images)
-    count = _absolute_speck_windows(J).sum((1, 2, 3)) / 9
-    hinge = (J.sum((1, 2)) / SPECK_FREE_INK_MASS).clamp(0.0, 1.0)
-    return (torch.exp(-count / SPECK_COUNT) * hinge).float()
+    return _speck_free_score(images, prompts, absolute=True)

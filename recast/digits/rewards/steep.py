@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from recast.digits.rewards.digit import SHARPNESS_INK_MASS, _EPS, _ink_gate, _specs, above_background
-from recast.digits.rewards.specks import speck_mask
+from recast.digits.rewards.specks import glyph_steps
 
 __all__ = ["sharpness_steep_reward", "steep_slope"]
 
@@ -27,13 +27,11 @@ _DEN_EPS = 1e-9  # sum |g|^3 of a faint glyph is ~1e-4: a larger floor would bia
 
 def steep_slope(J: torch.Tensor) -> torch.Tensor:
     """``sum |g|^4 / (sum |g|^3 * max J)`` ``(B,)`` on the ink above the background ``J (B, H, W)``, with ``g`` the
-    neighbour-to-neighbour differences, leaving out the pixels on or next to isolated specks (`speck_mask`) as
+    neighbour-to-neighbour differences, leaving out the pixels on or next to isolated specks (`glyph_steps`) as
     `recast.digits.rewards.digit.sharpness_reward` does: the |g|^3-weighted mean step as a share of the peak. A step
     edge of any height has slope 1; a ramp over ``w`` pixels 1 / w, as in sharpness, but the steepest edges weigh
     most. 0 on an empty canvas."""
-    keep = 1.0 - speck_mask(J)
-    gy = (J[:, 1:, :] - J[:, :-1, :]).abs() * torch.minimum(keep[:, 1:, :], keep[:, :-1, :])
-    gx = (J[:, :, 1:] - J[:, :, :-1]).abs() * torch.minimum(keep[:, :, 1:], keep[:, :, :-1])
+    gy, gx, keep = glyph_steps(J)
     num = gy.pow(4).sum((1, 2)) + gx.pow(4).sum((1, 2))
     den = gy.pow(3).sum((1, 2)) + gx.pow(3).sum((1, 2))
     return num / (den + _DEN_EPS) / ((J * keep).amax((1, 2)) + _EPS)
