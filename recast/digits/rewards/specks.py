@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from recast.digits.rewards.digit import _specs, above_background
 
 __all__ = ["SPECK_ABS_RING_INK", "SPECK_COUNT", "SPECK_FREE_INK_MASS", "SPECK_LEVEL", "SPECK_PEAK_MIN", "SPECK_RING",
-           "SPECK_RING_INK", "glyph_steps", "isolated_specks", "speck_free_abs_reward", "speck_free_reward", "speck_mask"]
+           "SPECK_RING_INK", "glyph_steps", "isolated_specks", "speck_free_abs_reward", "speck_free_reward",
+           "speck_mask"]
 
 SPECK_LEVEL: float = 0.5  # a 3x3 window holding this much ink (in units of the canvas' peak pixel) counts half
 SPECK_RING: int = 3  # a window is isolated when the pixels at this Chebyshev distance from its centre hold no ink
