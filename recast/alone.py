@@ -30,6 +30,7 @@ MATCHING_JUDGES: dict[str, tuple[str, ...]] = {
     "sharpness": ("judge/defect_blur", "judge/fid"), "clean": ("judge/defect_speckle", "judge/fid"),
     "clean_mass": ("judge/defect_speckle", "judge/fid"), "speck_free": ("judge/defect_speckle", "judge/fid"),
     "speck_free_abs": ("judge/defect_speckle", "judge/fid"), "sharpness_steep": ("judge/defect_blur", "judge/fid"),
+    "sharpness_steep_hinged": ("judge/defect_blur", "judge/fid"),
     "contrast": ("judge/defect_fade", "judge/fid"), "realism": ("judge/fid",),
     # the null: a reward with no signal (a hash of the pixels) has no judge to raise, and passes when it lowers none.
     # What it does to the judges is what optimisation noise alone does, the control for every row above.

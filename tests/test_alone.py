@@ -362,3 +362,53 @@ def test_committed_sharpness_steep_alone_table_is_reward_hacking():
     assert worse == ["judge/color", "judge/digit", "judge/fid", "judge/position", "judge/size", "judge/strict"]
     vs = {r["judge"]: r["verdict"] for r in versus_control(runs, "placebo") if r["reward"] == "sharpness_steep"}
     assert vs["judge/fid"] == "worse" and vs["judge/defect_blur"] == "better"
+
+
+def test_committed_sharpness_steep_hinged_alone_table_fails_with_a_smaller_hack():
+    """sharpness_steep with a hinge on the ink mass (README "The steep-guard round"): alone it still lowers blur,
+    and it still fails, on a hack the hinge shrinks but does not close: the Fréchet distance rises against the
+    placebo, and digit, colour and speckle fall by more than a seed-std (ties against the placebo), while the
+    position, size and strict judges, which sharpness_steep's erasing took down, stay within one."""
+    from recast.alone import versus_control
+
+    runs, rows = _committed_alone_table("alone_sharpness_steep_hinged_reeval256")
+    table = {(r["reward"], r["judge"]): r for r in rows}
+    assert table[("sharpness_steep_hinged", "judge/defect_blur")]["improved"]
+    assert not table[("sharpness_steep_hinged", "*")]["improved"]
+    worse = sorted(j for (rw, j), r in table.items() if rw == "sharpness_steep_hinged" and r["worse"] and j != "*")
+    assert worse == ["judge/color", "judge/defect_speckle", "judge/digit", "judge/fid"], worse
+    vs = {r["judge"]: r["verdict"] for r in versus_control(runs, "placebo") if r["reward"] == "sharpness_steep_hinged"}
+    assert vs["judge/fid"] == "worse" and vs["judge/defect_blur"] == "better"
+    assert [j for j, v in vs.items() if v == "worse"] == ["judge/fid"]
+    def fid_rise(runs, reward):
+        rs = [r for r in runs if r["budget"] == reward]
+        return sum(float(r["judge/fid"]) - float(r["base:judge/fid"]) for r in rs) / len(rs)
+
+    unhinged = _committed_alone_table("alone_sharpness_steep_reeval256")[0]
+    assert 0 < fid_rise(runs, "sharpness_steep_hinged") < fid_rise(unhinged, "sharpness_steep") / 3
+
+
+def test_committed_steep_guard_probe_every_guard_that_closes_the_hack_is_decided_before_the_cleanest_third():
+    """scripts/steep_guard_probe.py's committed grid (README "The steep-guard round"): sharpness_steep's own row
+    is its stored-ends timing (timing_candidates.csv); it pays the erasing hack, and so does the weakest hinge;
+    the registered hinge at 8 is the weakest on the grid that does not; a stronger hinge closes it further and is
+    decided earlier; and no guard that closes the hack has its centre of mass in the cleanest third (>= 3.5)."""
+    from pathlib import Path
+
+    from recast.digits.rewards.steep import STEEP_INK_HINGE
+    from recast.io import read_csv
+
+    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    rows = {r["guard"]: {k: float(v) for k, v in r.items() if k != "guard"}
+            for r in read_csv(results / "steep_guard_probe.csv")}
+    timing = {(r["name"], int(r["seed"])): float(r["com"]) for r in read_csv(results / "timing_candidates.csv")}
+    for s in (0, 1):
+        assert rows["gate (sharpness_steep)"][f"com_{s}"] == pytest.approx(timing[("sharpness_steep", s)], abs=1e-9)
+        assert rows["sharpness"][f"com_{s}"] == pytest.approx(timing[("sharpness", s)], abs=1e-9)
+    closes = {g: r["hack_0"] < 0 and r["hack_1"] < 0 for g, r in rows.items()}
+    assert not closes["gate (sharpness_steep)"] and not closes["hinge 6"]
+    assert closes[f"hinge {STEEP_INK_HINGE:g} (sharpness_steep_hinged)"]
+    hinges = [rows[g] for g in ("hinge 6", "hinge 8 (sharpness_steep_hinged)", "hinge 10", "hinge 16", "hinge 30")]
+    for weak, strong in zip(hinges, hinges[1:]):
+        assert strong["hack_0"] < weak["hack_0"] and strong["com_0"] < weak["com_0"]
+    assert all(max(r["com_0"], r["com_1"]) < 3.5 for g, r in rows.items() if closes[g])

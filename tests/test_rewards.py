@@ -40,7 +40,8 @@ def _other(values, v):
 
 
 def test_registry_names_settings_and_unknown():
-    in_no_setting = {"placebo", "position", "size", "clean", "clean_mass", "speck_free_abs", "sharpness_steep"}
+    in_no_setting = {"placebo", "position", "size", "clean", "clean_mass", "speck_free_abs", "sharpness_steep",
+                     "sharpness_steep_hinged"}
     assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | in_no_setting
     assert rewards.SETTINGS["compose"] == ("digit", "color", "position_flat", "size_half_max", "sharpness")
     assert rewards.SETTINGS["quality"] == ("sharpness", "speck_free", "contrast", "realism")
@@ -476,3 +477,32 @@ def test_sharpness_steep_closed_forms_and_blur(batch, fns):
     blurred = gaussian_blur(images, 0.75)
     drop, drop_mean = real - fn(blurred, prompts), fns["sharpness"](images, prompts) - fns["sharpness"](blurred, prompts)
     assert (drop > 0).all() and drop.mean() > drop_mean.mean()
+
+
+def test_sharpness_steep_hinged_scales_the_faint_and_keeps_the_rest(batch, fns):
+    """sharpness_steep_hinged is steep_slope times min(1, ink mass / STEEP_INK_HINGE): a crisp square holding more ink
+    than the hinge scores 1; the same square dimmed below the hinge scores its mass over the hinge exactly (the slope
+    is scale-free), where sharpness_steep's soft gate still pays about 1 - exp(-mass / 2); an empty canvas scores 0.
+    A peak floor reads the steps against max(peak, floor): a square of height h < floor scores h / floor, and floor 0
+    is steep_slope itself on real canvases."""
+    from recast.digits.rewards.digit import above_background
+    from recast.digits.rewards.steep import STEEP_INK_HINGE, steep_slope
+
+    hinged = fns["sharpness_steep_hinged"]
+    p = ["a small red 1 at the top left"]
+    square = torch.zeros(1, 3, 24, 24)
+    square[:, :, 6:12, 6:12] = 0.5  # 36 pixels: ink mass 18 > the hinge
+    assert hinged(square, p).item() == pytest.approx(1.0, abs=1e-4)
+    faint = square * 0.4  # height 0.2: mass 7.2
+    mass = above_background(faint).sum().item()
+    assert mass < STEEP_INK_HINGE
+    assert hinged(faint, p).item() == pytest.approx(mass / STEEP_INK_HINGE, rel=1e-3)
+    assert fns["sharpness_steep"](faint, p).item() == pytest.approx(1 - math.exp(-mass / 2), rel=1e-3)
+    assert hinged(torch.zeros(2, 3, 24, 24), p * 2).abs().max() < 1e-6
+    assert steep_slope(above_background(faint), 0.5).item() == pytest.approx(0.2 / 0.5, rel=1e-3)
+    assert steep_slope(above_background(square), 0.4).item() == pytest.approx(1.0, abs=1e-4)  # height 0.5 > floor
+    images, prompts, _ = batch
+    J = above_background(images)
+    torch.testing.assert_close(steep_slope(J, 0.0), steep_slope(J))
+    big = J.sum((1, 2)) >= STEEP_INK_HINGE
+    torch.testing.assert_close(hinged(images, prompts)[big], steep_slope(J)[big].clamp(0, 1).float())

@@ -20,6 +20,7 @@ MATCHING_VERDICT: dict[str, str] = {
     "size_half_max": "size",
     "sharpness": "not_blur", "clean": "not_speckle", "clean_mass": "not_speckle",
     "speck_free": "not_speckle", "speck_free_abs": "not_speckle", "sharpness_steep": "not_blur",
+    "sharpness_steep_hinged": "not_blur",
     "contrast": "not_fade", "realism": "defect_free",
 }
 

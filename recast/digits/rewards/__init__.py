@@ -130,6 +130,7 @@ _REGISTRY: dict[str, Factory] = {
     "speck_free": _rule(_specks.speck_free_reward),
     "speck_free_abs": _rule(_specks.speck_free_abs_reward),
     "sharpness_steep": _rule(_steep.sharpness_steep_reward),
+    "sharpness_steep_hinged": _rule(_steep.sharpness_steep_hinged_reward),
     # no signal, in no setting: the null of training for the single-reward runs (`recast.alone`)
     "placebo": _rule(_rules.placebo_reward),
 }

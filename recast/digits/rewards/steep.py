@@ -20,21 +20,23 @@ import torch
 from recast.digits.rewards.digit import SHARPNESS_INK_MASS, _EPS, _ink_gate, _specs, above_background
 from recast.digits.rewards.specks import glyph_steps
 
-__all__ = ["sharpness_steep_reward", "steep_slope"]
+__all__ = ["STEEP_INK_HINGE", "sharpness_steep_hinged_reward", "sharpness_steep_reward", "steep_slope"]
 
+STEEP_INK_HINGE: float = 8.0  # ink mass below which sharpness_steep_hinged scales down linearly (7th percentile of base)
 _DEN_EPS = 1e-9  # sum |g|^3 of a faint glyph is ~1e-4: a larger floor would bias its slope
 
 
-def steep_slope(J: torch.Tensor) -> torch.Tensor:
+def steep_slope(J: torch.Tensor, peak_floor: float = 0.0) -> torch.Tensor:
     """``sum |g|^4 / (sum |g|^3 * max J)`` ``(B,)`` on the ink above the background ``J (B, H, W)``, with ``g`` the
     neighbour-to-neighbour differences, leaving out the pixels on or next to isolated specks (`glyph_steps`) as
     `recast.digits.rewards.digit.sharpness_reward` does: the |g|^3-weighted mean step as a share of the peak. A step
     edge of any height has slope 1; a ramp over ``w`` pixels 1 / w, as in sharpness, but the steepest edges weigh
-    most. 0 on an empty canvas."""
+    most. 0 on an empty canvas. ``peak_floor`` reads the steps against ``max(peak, peak_floor)`` instead, so a mark
+    fainter than the floor cannot be steep relative to its own peak (a guard `scripts/steep_guard_probe.py` scans)."""
     gy, gx, keep = glyph_steps(J)
     num = gy.pow(4).sum((1, 2)) + gx.pow(4).sum((1, 2))
     den = gy.pow(3).sum((1, 2)) + gx.pow(3).sum((1, 2))
-    return num / (den + _DEN_EPS) / ((J * keep).amax((1, 2)) + _EPS)
+    return num / (den + _DEN_EPS) / ((J * keep).amax((1, 2)).clamp_min(peak_floor) + _EPS)
 
 
 def sharpness_steep_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
@@ -44,3 +46,19 @@ def sharpness_steep_reward(images: torch.Tensor, prompts: list[str]) -> torch.Te
     _specs(prompts, images.shape[0])
     J = above_background(images)
     return (steep_slope(J).clamp(0.0, 1.0) * _ink_gate(J, SHARPNESS_INK_MASS)).float()
+
+
+def sharpness_steep_hinged_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """``steep_slope(J) * min(1, sum J / STEEP_INK_HINGE)``: `sharpness_steep_reward` with a hinge on the ink mass
+    that erasing the glyph cannot pass, in no setting.
+
+    Trained alone, sharpness_steep's policy erases: its samples' median ink mass falls from 26 to 4, a faint mark
+    whose few steps are steep relative to its own low peak, and sharpness_steep scores them +0.15 above the base
+    samples. The soft gate (1 - 1/e at 2 units of ink) barely binds there. A linear hinge at 8 units, about the 7th
+    percentile of base samples, scores those samples lower than the base ones (`scripts/steep_guard_probe.py`); it is
+    the weakest hinge on the probe's grid that does, because every guard that binds more often reads the ink mass,
+    which is settled early, and moves the reward's gains earlier (README "The steep-guard round")."""
+    _specs(prompts, images.shape[0])
+    J = above_background(images)
+    hinge = (J.sum((1, 2)) / STEEP_INK_HINGE).clamp(0.0, 1.0)
+    return (steep_slope(J).clamp(0.0, 1.0) * hinge).float()

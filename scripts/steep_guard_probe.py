@@ -1,0 +1,107 @@
+"""Probe: can a guard stop sharpness_steep's erasing hack and keep it decided late? A grid of guards, scored three ways.
+
+    python scripts/steep_guard_probe.py      # ~1.5 min; needs runs/ends (scripts/timing_cache.py record --seed 0 / 1)
+                                             # and runs/alone/sharpness_steep (python -m recast.alone, README)
+
+Trained alone, sharpness_steep hacks (README "Each reward alone"): its policy erases the glyph to a faint mark whose
+few steps are steep relative to the mark's own low peak. Each guard below is sharpness_steep's slope
+(`recast.digits.rewards.steep.steep_slope`) times a gate on the ink mass, or read against a floored peak:
+
+- ``gate``: the soft gate ``1 - exp(-sum J / 2)`` (sharpness_steep itself, and sharpness for reference);
+- ``hinge m``: ``min(1, sum J / m)``, a linear hinge that binds on the faintest base samples;
+- ``floor f``: the slope read against ``max(peak, f)``, with the soft gate.
+
+For each it reports when it is decided (the ground truth on figure 02's two stored batches: centre of mass of the
+gains on the 6-step grid, 0..5, and the share of gains in the cleanest third, `recast.informativeness.ends`), how
+well it agrees with the blur verdict on the audit's 256 base samples (AUC), what a 0.75 px blur costs it there, and
+the hack: its mean on the final policy's samples of sharpness_steep's single-reward runs (seeds 0 and 1, 128 test
+prompts each, EMA weights) minus its mean on the base model's samples with the same noise. A guard closes the hack
+when that difference is negative. Writes ``data/results/steep_guard_probe.csv``. Analysis only.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+# (name, hinge mass or None for the soft gate, peak floor); sharpness is the setting's reward, for reference
+GUARDS: tuple[tuple[str, float | None, float], ...] = (
+    ("gate (sharpness_steep)", None, 0.0),
+    ("hinge 6", 6.0, 0.0), ("hinge 8 (sharpness_steep_hinged)", 8.0, 0.0), ("hinge 10", 10.0, 0.0),
+    ("hinge 16", 16.0, 0.0), ("hinge 30", 30.0, 0.0),
+    ("floor 0.3", None, 0.3), ("floor 0.4", None, 0.4), ("floor 0.5", None, 0.5),
+)
+
+
+def guarded(hinge: float | None, peak_floor: float):
+    """The guarded steep reward ``(images, prompts) -> (B,)`` for one row of `GUARDS`."""
+    import torch
+
+    from recast.digits.rewards.digit import SHARPNESS_INK_MASS, _ink_gate, above_background
+    from recast.digits.rewards.steep import steep_slope
+
+    def fn(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        J = above_background(images)
+        gate = _ink_gate(J, SHARPNESS_INK_MASS) if hinge is None else (J.sum((1, 2)) / hinge).clamp(0.0, 1.0)
+        return (steep_slope(J, peak_floor).clamp(0.0, 1.0) * gate).float()
+
+    return fn
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    import torch
+    from sklearn.metrics import roc_auc_score
+
+    import recast
+    from recast.digits.audit import sample_world
+    from recast.digits.judges.agreement import judge_verdicts
+    from recast.digits.rewards import get
+    from recast.digits.rewards.degrade import gaussian_blur
+    from recast.informativeness.ends import RolloutEnds, ends_profile
+    from recast.io import write_csv
+    from recast.judge_eval import load_policy, sample_test_prompts
+    from recast.sweep import results_dir
+    from recast.digits.world import load_world
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ends", default="runs/ends")
+    ap.add_argument("--hack-runs", default="runs/alone/sharpness_steep")
+    ap.add_argument("--csv", default="steep_guard_probe.csv")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(2)
+    root = recast.__file__.rsplit("/recast/", 1)[0]
+    batches = {s: RolloutEnds.load(f"{root}/{a.ends}/seed_{s}.pt") for s in (0, 1)}
+    images, prompts = sample_world(load_world(f"{root}/data/digit_base"), n=256, split="test", num_steps=10, seed=0)
+    not_blur = judge_verdicts(images.clamp(0, 1), prompts)["not_blur"].numpy().astype(int)
+    blurred = gaussian_blur(images, 0.75)
+    hack = {}
+    for seed in (0, 1):
+        base = load_policy(f"{root}/{a.hack_runs}/seed_{seed}", "base")
+        hack[seed] = {tag: sample_test_prompts(pol, 128, seed=seed + 1000, batch_size=64)
+                      for tag, pol in (("base", base), ("final", replace(base, which="ema")))}
+    rewards = [("sharpness", get("sharpness")(torch.device("cpu")))]
+    rewards += [(name, guarded(h, f)) for name, h, f in GUARDS]
+    rows = []
+    print("| guard | centre of mass, batch 0 / 1 | cleanest-third share | AUC vs not blurred | blur 0.75 px | hack: final "
+          "- base, seeds 0 / 1 |")
+    print("|---|---|---|---|---|---|")
+    for name, fn in rewards:
+        prof = {s: ends_profile(ends, fn) for s, ends in batches.items()}
+        r = fn(images, prompts).double()
+        d_hack = {s: (fn(*hack[s]["final"]).double().mean() - fn(*hack[s]["base"]).double().mean()).item()
+                  for s in hack}
+        row = {"guard": name, **{f"com_{s}": float(p["com"][0]) for s, p in prof.items()},
+               **{f"cleanest_third_share_{s}": float(p["cleanest_third_share"][0]) for s, p in prof.items()},
+               "auc_not_blur": float(roc_auc_score(not_blur, r.numpy())),
+               "blur_075": float((fn(blurred, prompts).double() - r).mean()), "base_mean": float(r.mean()),
+               **{f"hack_{s}": d for s, d in d_hack.items()}}
+        rows.append(row)
+        print(f"| {name} | {row['com_0']:.2f} / {row['com_1']:.2f} | {row['cleanest_third_share_0']:.2f} / "
+              f"{row['cleanest_third_share_1']:.2f} | {row['auc_not_blur']:.3f} | {row['blur_075']:+.3f} | "
+              f"{row['hack_0']:+.3f} / {row['hack_1']:+.3f} |", flush=True)
+    write_csv(results_dir() / a.csv, rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
