@@ -412,3 +412,25 @@ def test_committed_steep_guard_probe_every_guard_that_closes_the_hack_is_decided
     for weak, strong in zip(hinges, hinges[1:]):
         assert strong["hack_0"] < weak["hack_0"] and strong["com_0"] < weak["com_0"]
     assert all(max(r["com_0"], r["com_1"]) < 3.5 for g, r in rows.items() if closes[g])
+
+
+def test_committed_contrast_and_realism_alone_tables_fail_the_rule_and_tie_the_placebo():
+    """The quality rewards not re-scored on the glyph-only judge until the steep-guard round (README "Each reward
+    alone"): contrast lowers the fade rate and raises the Fréchet distance (its second matching judge) and lowers
+    colour and size by more than a seed-std; realism lowers the Fréchet distance and fails on size alone (by about
+    one seed-std). Against the placebo neither lowers any judge, and both beat it on fade, realism also on Fréchet."""
+    from recast.alone import versus_control
+
+    runs, rows = _committed_alone_table("alone_contrast_realism_reeval256")
+    table = {(r["reward"], r["judge"]): r for r in rows}
+    assert table[("contrast", "judge/defect_fade")]["improved"] and table[("realism", "judge/fid")]["improved"]
+    assert not table[("contrast", "judge/fid")]["improved"]
+    worse = {rw: sorted(j for (w, j), r in table.items() if w == rw and r["worse"] and j != "*")
+             for rw in ("contrast", "realism", "placebo")}
+    assert worse == {"contrast": ["judge/color", "judge/fid", "judge/size"], "realism": ["judge/size"],
+                     "placebo": []}, worse
+    assert not table[("contrast", "*")]["improved"] and not table[("realism", "*")]["improved"]
+    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    assert [k for k, v in vs.items() if v == "worse"] == []
+    assert vs[("contrast", "judge/defect_fade")] == vs[("realism", "judge/defect_fade")] == "better"
+    assert vs[("realism", "judge/fid")] == "better" and vs[("contrast", "judge/fid")] == "tie"
