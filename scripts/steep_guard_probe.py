@@ -16,7 +16,13 @@ gains on the 6-step grid, 0..5, and the share of gains in the cleanest third, `r
 well it agrees with the blur verdict on the audit's 256 base samples (AUC), what a 0.75 px blur costs it there, and
 the hack: its mean on the final policy's samples of sharpness_steep's single-reward runs (seeds 0 and 1, 128 test
 prompts each, EMA weights) minus its mean on the base model's samples with the same noise. A guard closes the hack
-when that difference is negative. Writes ``data/results/steep_guard_probe.csv``. Analysis only.
+when that difference is negative. Writes ``data/results/steep_guard_probe.csv``.
+
+It also describes what each single-reward run in ``--sample-runs`` did to its samples (the same draws: seeds 0 and 1,
+base against final; ``data/results/steep_guard_probe_samples.csv``): the median ink mass and peak, the median count of
+steep glyph steps (a soft count of speck-masked steps of at least half the peak, `steep_steps`) and the median share
+of the horizontal step mass that reverses sign at the next pixel (`alternation`, 0 on a smooth glyph edge, 1 on a
+checkerboard). Analysis only.
 """
 
 from __future__ import annotations
@@ -48,6 +54,26 @@ def guarded(hinge: float | None, peak_floor: float):
     return fn
 
 
+def steep_steps(J):
+    """Soft count ``(B,)`` of the speck-masked glyph steps (`recast.digits.rewards.specks.glyph_steps`) of at least
+    half the canvas' peak ink (a sigmoid of width 0.05 around 0.5): how much of the glyph's edge is steep."""
+    import torch
+
+    from recast.digits.rewards.specks import glyph_steps
+
+    gy, gx, keep = glyph_steps(J)
+    peak = (J * keep).amax((1, 2)) + 1e-6
+    return sum(torch.sigmoid((g / peak[:, None, None] - 0.5) / 0.05).sum((1, 2)) for g in (gy, gx))
+
+
+def alternation(J):
+    """``(B,)`` share of the horizontal step mass ``sum |d|`` whose step reverses sign at the next pixel: 0 on a
+    monotone edge, 1 on a checkerboard, so it reads pixel-level texture inside the glyph."""
+    d = J[:, :, 1:] - J[:, :, :-1]
+    flips = ((d[:, :, 1:] * d[:, :, :-1]) < 0).float() * d[:, :, 1:].abs()
+    return flips.sum((1, 2)) / d.abs().sum((1, 2)).clamp_min(1e-6)
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     import torch
     from sklearn.metrics import roc_auc_score
@@ -57,6 +83,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from recast.digits.judges.agreement import judge_verdicts
     from recast.digits.rewards import get
     from recast.digits.rewards.degrade import gaussian_blur
+    from recast.digits.rewards.digit import above_background
     from recast.informativeness.ends import RolloutEnds, ends_profile
     from recast.io import write_csv
     from recast.judge_eval import load_policy, sample_test_prompts
@@ -67,18 +94,26 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--ends", default="runs/ends")
     ap.add_argument("--hack-runs", default="runs/alone/sharpness_steep")
     ap.add_argument("--csv", default="steep_guard_probe.csv")
+    ap.add_argument("--sample-runs", default="sharpness_steep,sharpness_steep_hinged",
+                    help="single-reward runs under runs/alone whose samples to describe")
+    ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args(argv)
-    torch.set_num_threads(2)
+    torch.set_num_threads(a.threads)
     root = recast.__file__.rsplit("/recast/", 1)[0]
     batches = {s: RolloutEnds.load(f"{root}/{a.ends}/seed_{s}.pt") for s in (0, 1)}
     images, prompts = sample_world(load_world(f"{root}/data/digit_base"), n=256, split="test", num_steps=10, seed=0)
     not_blur = judge_verdicts(images.clamp(0, 1), prompts)["not_blur"].numpy().astype(int)
     blurred = gaussian_blur(images, 0.75)
-    hack = {}
-    for seed in (0, 1):
-        base = load_policy(f"{root}/{a.hack_runs}/seed_{seed}", "base")
-        hack[seed] = {tag: sample_test_prompts(pol, 128, seed=seed + 1000, batch_size=64)
-                      for tag, pol in (("base", base), ("final", replace(base, which="ema")))}
+
+    def draws(run_dir):
+        out = {}
+        for seed in (0, 1):
+            base = load_policy(f"{root}/{run_dir}/seed_{seed}", "base")
+            out[seed] = {tag: sample_test_prompts(pol, 128, seed=seed + 1000, batch_size=64)
+                         for tag, pol in (("base", base), ("final", replace(base, which="ema")))}
+        return out
+
+    hack = draws(a.hack_runs)
     rewards = [("sharpness", get("sharpness")(torch.device("cpu")))]
     rewards += [(name, guarded(h, f)) for name, h, f in GUARDS]
     rows = []
@@ -100,6 +135,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
               f"{row['cleanest_third_share_1']:.2f} | {row['auc_not_blur']:.3f} | {row['blur_075']:+.3f} | "
               f"{row['hack_0']:+.3f} / {row['hack_1']:+.3f} |", flush=True)
     write_csv(results_dir() / a.csv, rows)
+    described = []
+    print("\n| run | seed | policy | ink mass | peak | steep steps | alternation |\n|---|---|---|---|---|---|---|")
+    for run in a.sample_runs.split(","):
+        for seed, tags in draws(f"runs/alone/{run}").items():
+            for tag, (imgs, _) in tags.items():
+                J = above_background(imgs)
+                d = {"run": run, "seed": seed, "policy": tag, "ink_mass": float(J.sum((1, 2)).median()),
+                     "peak": float(J.amax((1, 2)).median()), "steep_steps": float(steep_steps(J).median()),
+                     "alternation": float(alternation(J).median())}
+                described.append(d)
+                print(f"| {run} | {seed} | {tag} | {d['ink_mass']:.1f} | {d['peak']:.3f} | {d['steep_steps']:.2f} | "
+                      f"{d['alternation']:.3f} |", flush=True)
+    write_csv(results_dir() / a.csv.replace(".csv", "_samples.csv"), described)
     return rows
 
 

@@ -434,3 +434,24 @@ def test_committed_contrast_and_realism_alone_tables_fail_the_rule_and_tie_the_p
     assert [k for k, v in vs.items() if v == "worse"] == []
     assert vs[("contrast", "judge/defect_fade")] == vs[("realism", "judge/defect_fade")] == "better"
     assert vs[("realism", "judge/fid")] == "better" and vs[("contrast", "judge/fid")] == "tie"
+
+
+def test_committed_steep_guard_samples_show_the_two_routes():
+    """What the two steep rewards' single-reward policies did to their samples (steep_guard_probe_samples.csv, seeds
+    0 and 1): sharpness_steep's collapse the ink to a faint mark below the hinge with more steep steps and more
+    pixel texture; with the hinge the ink stays above it, but still falls by more than a third, and the texture
+    still rises (README "The steep-guard round")."""
+    from pathlib import Path
+
+    from recast.digits.rewards.steep import STEEP_INK_HINGE
+    from recast.io import read_csv
+
+    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    rows = {(r["run"], int(r["seed"]), r["policy"]): r for r in read_csv(results / "steep_guard_probe_samples.csv")}
+    for seed in (0, 1):
+        b = rows[("sharpness_steep", seed, "base")]
+        assert rows[("sharpness_steep_hinged", seed, "base")] == {**b, "run": "sharpness_steep_hinged"}  # same draws
+        erased, hinged = rows[("sharpness_steep", seed, "final")], rows[("sharpness_steep_hinged", seed, "final")]
+        assert float(erased["ink_mass"]) < STEEP_INK_HINGE < float(hinged["ink_mass"]) < 2 / 3 * float(b["ink_mass"])
+        assert float(erased["steep_steps"]) > 2 * float(b["steep_steps"])
+        assert float(erased["alternation"]) > float(hinged["alternation"]) > float(b["alternation"])
