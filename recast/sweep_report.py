@@ -2,6 +2,7 @@
 
     python -m recast.sweep_report                       # the committed sweep: lambda_sweep*.csv, judge_eval.csv
     python -m recast.sweep_report --name lambda_sweep_ci --judge judge_eval_ci
+    python -m recast.sweep_report --rescore judge_eval_256   # notebook 06's re-scored tables (judge_eval_256*.csv)
 
 Nothing in the README's sweep section is typed by hand: it is this module's output. Cells are the paired ReCAST −
 baseline difference over seeds; a trailing **W** (win) or *L* (loss) marks a cell whose 95 % interval excludes zero,
@@ -17,7 +18,7 @@ from pathlib import Path
 from recast.io import read_csv
 
 __all__ = ["tally_table", "paired_table", "efficiency_table", "win_rate_table", "summarise_w_timing",
-           "w_timing_table", "hacking_table", "report"]
+           "w_timing_table", "hacking_table", "fell_table", "report", "rescore_report"]
 
 _MARK = {"win": " **W**", "loss": " *L*", "tie": ""}
 
@@ -33,20 +34,24 @@ def _fmt(metric: str, value: float) -> str:
     return f"{value:+.1f}" if metric.endswith("fid") else f"{value:+.3f}"
 
 
-def tally_table(paired: list[dict], confidence: float = 0.95) -> str:
+def tally_table(paired: list[dict], confidence: float = 0.95, rewards: bool = True) -> str:
     """Win / tie / loss counts per baseline and setting, judges and training rewards apart, beside the number of
-    cells that would be called a win or a loss by chance alone if nothing differed ((1 − confidence) × cells)."""
-    lines = ["| baseline | setting | judges: win / tie / loss | training rewards: win / tie / loss | "
-             f"calls expected by chance (judges, rewards; {1 - confidence:.0%} of cells) |", "|---|---|---|---|---|"]
+    cells that would be called a win or a loss by chance alone if nothing differed ((1 − confidence) × cells).
+    ``rewards=False``: the judges alone (a re-score has no training rewards)."""
+    prefixes = ("judge/", "reward/") if rewards else ("judge/",)
+    head = " | ".join(f"{'judges' if p == 'judge/' else 'training rewards'}: win / tie / loss" for p in prefixes)
+    what = "judges, rewards" if rewards else "judges"
+    lines = [f"| baseline | setting | {head} | calls expected by chance ({what}; {1 - confidence:.0%} of cells) |",
+             "|---|---|" + "---|" * (len(prefixes) + 1)]
     for b in dict.fromkeys(r["baseline"] for r in paired):
         for s in dict.fromkeys(r["setting"] for r in paired):
             sel = [r for r in paired if r["baseline"] == b and r["setting"] == s]
             counts, chance = [], []
-            for prefix in ("judge/", "reward/"):
+            for prefix in prefixes:
                 v = [r["verdict"] for r in sel if r["metric"].startswith(prefix)]
                 counts.append(" / ".join(str(v.count(k)) for k in ("win", "tie", "loss")))
                 chance.append(f"{(1 - confidence) * len(v):.1f} of {len(v)}")
-            lines.append(f"| {b} | {s} | {counts[0]} | {counts[1]} | {chance[0]}, {chance[1]} |")
+            lines.append(f"| {b} | {s} | {' | '.join(counts)} | {', '.join(chance)} |")
     return "\n".join(lines)
 
 
@@ -157,6 +162,22 @@ def hacking_table(change: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def fell_table(change: list[dict]) -> str:
+    """One row per (setting, budget, method) of notebook 06's ``<judge>_change.csv``: every held-out judge that got
+    worse, final − base over the same seeds with its interval excluding zero (a re-score has no training reward
+    beside it, so these are falls, not necessarily hacking)."""
+    by = {}
+    for r in change:
+        by.setdefault((r["setting"], r["budget"], r["method"]), []).append(r)
+    lines = ["| setting / budget | method | judges that got worse (change) |", "|---|---|---|"]
+    for s, bud in _cells(change):
+        for m in dict.fromkeys(r["method"] for r in change if (r["setting"], r["budget"]) == (s, bud)):
+            fell = ", ".join(f"{r['metric'].split('/', 1)[1]} {_fmt(r['metric'], r['change'])}"
+                             for r in by[(s, bud, m)] if r["verdict"] == "worse") or "none"
+            lines.append(f"| {s} / {bud} | {m} | {fell} |")
+    return "\n".join(lines)
+
+
 def report(results: str | Path, name: str = "lambda_sweep", judge: str | None = "judge_eval") -> str:
     """Every README table of one sweep: the tally, the paired judge and reward tables per baseline, the sample
     efficiency, and (when notebook 06 has run) the pairwise-judge win rates."""
@@ -188,6 +209,25 @@ def report(results: str | Path, name: str = "lambda_sweep", judge: str | None = 
     return "\n".join(out)
 
 
+def rescore_report(results: str | Path, judge: str = "judge_eval_256") -> str:
+    """Every README table of notebook 06's re-score ``judge`` (``<judge>_compare.csv``, ``_change.csv`` and
+    ``<judge>.csv``): the judges' win / tie / loss tally per baseline, the paired judge tables, the judges that
+    training made worse (`fell_table`), and the pairwise-judge win rates."""
+    results = Path(results)
+    compare = [r for r in read_csv(results / f"{judge}_compare.csv") if r["metric"].startswith("judge/")]
+    out = [f"Notebook 06's re-score ({judge}): win / tie / loss of ReCAST per baseline on the held-out judges (a cell "
+           "is a win or a loss only when its 95 % interval over seeds excludes zero):", "",
+           tally_table(compare, rewards=False)]
+    for b in dict.fromkeys(r["baseline"] for r in compare):
+        out += ["", f"Held-out judges, ReCAST − {b} (paired over seeds, {judge}):", "",
+                paired_table(compare, b, "judge/")]
+    out += ["", f"What training did ({judge}), final − base model over the same seeds: the judges that got worse, "
+            "their 95 % interval over seeds excluding zero:", "", fell_table(read_csv(results / f"{judge}_change.csv"))]
+    out += ["", f"Pairwise judge ({judge}), ReCAST against each baseline (the verdict uses the interval over seeds):",
+            "", win_rate_table(read_csv(results / f"{judge}.csv"))]
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> None:
     from recast.sweep import results_dir
 
@@ -195,8 +235,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--results", default=str(results_dir()), help="folder holding the sweep's CSVs")
     p.add_argument("--name", default="lambda_sweep", help="notebook 05's results_name")
     p.add_argument("--judge", default="judge_eval", help="notebook 06's results_name ('' to leave it out)")
+    p.add_argument("--rescore", help="print the tables of this notebook 06 re-score instead (e.g. judge_eval_256)")
     args = p.parse_args(argv)
-    print(report(args.results, args.name, args.judge or None))
+    print(rescore_report(args.results, args.rescore) if args.rescore else report(args.results, args.name,
+                                                                                 args.judge or None))
 
 
 if __name__ == "__main__":

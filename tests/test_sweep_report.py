@@ -4,8 +4,8 @@ import pytest
 
 from recast.io import read_csv, write_csv
 from recast.sweep_results import compare
-from recast.sweep_report import (efficiency_table, hacking_table, paired_table, report, summarise_w_timing, tally_table,
-                                 w_timing_table, win_rate_table)
+from recast.sweep_report import (efficiency_table, hacking_table, paired_table, report, rescore_report,
+                                 summarise_w_timing, tally_table, w_timing_table, win_rate_table)
 
 
 def _rows():
@@ -40,6 +40,33 @@ def test_tally_and_paired_tables_count_and_mark_each_verdict():
     assert table[0] == "| setting / budget | strict | fid |"
     assert table[2] == "| compose / uniform | +0.150 **W** | +20.0 *L* |"
     assert paired_table(marked, "uniform", "reward/").splitlines()[2] == "| compose / uniform | +0.000 |"
+    judges_only = tally_table(marked, rewards=False).splitlines()
+    assert judges_only[:3] == ["| baseline | setting | judges: win / tie / loss | calls expected by chance (judges; 5% "
+                               "of cells) |", "|---|---|---|---|", "| uniform | compose | 1 / 0 / 1 | 0.1 of 2 |"]
+
+
+def test_rescore_report_tabulates_notebook_06s_files_and_needs_all_three(tmp_path):
+    """A re-score has no training rewards: the tally counts judges only, reward rows in the compare file are left
+    out, and a missing file is an error rather than a silently shorter report."""
+    marked = [dict(c, verdict="win") if c["metric"] == "judge/strict" else c
+              for c in compare(_rows(), baseline="uniform")]
+    write_csv(tmp_path / "j_compare.csv", marked)
+    with pytest.raises(FileNotFoundError):
+        rescore_report(tmp_path, "j")
+    write_csv(tmp_path / "j_change.csv", [
+        {"setting": "compose", "budget": "uniform", "method": m, "metric": k, "change": c, "verdict": v}
+        for m, k, c, v in (("recast", "judge/strict", 0.1, "better"), ("recast", "judge/fid", 5.0, "unchanged"),
+                           ("uniform", "judge/defect_blur", 0.05, "worse"), ("uniform", "judge/fid", 20.0, "worse"))])
+    write_csv(tmp_path / "j.csv", [
+        {"setting": "compose", "budget": "uniform", "baseline": "uniform", "wins": 30, "ties": 10, "losses": 24,
+         "win_rate": 0.546875, "ci_low": 0.43, "ci_high": 0.66, "seed_rates": "0.6 0.7 0.8", "seed_ci_low": 0.4516,
+         "seed_ci_high": 0.9484, "verdict": "tie"}])
+    text = rescore_report(tmp_path, "j")
+    assert "| uniform | compose | 1 / 1 / 0 | 0.1 of 2 |" in text
+    assert "| compose / uniform | +0.150 **W** | +20.0 |" in text and "reward/a" not in text and "| a |" not in text
+    assert "| compose / uniform | recast | none |" in text
+    assert "| compose / uniform | uniform | defect_blur +0.050, fid +20.0 |" in text
+    assert "| compose / uniform | 30 / 10 / 24 | 0.55 [0.43, 0.66] | 0.70 [0.45, 0.95] |" in text
 
 
 def test_efficiency_and_win_rate_tables_say_what_was_not_reached(tmp_path):
@@ -113,3 +140,12 @@ def test_readme_prints_the_committed_sweeps_report_verbatim():
 
     root = Path(__file__).resolve().parents[1]
     assert report(root / "data" / "results") in (root / "README.md").read_text()
+
+
+def test_readme_prints_the_committed_256_sample_rescore_verbatim():
+    """The README's 256-sample section is `rescore_report` of the committed judge_eval_256 CSVs, character for
+    character."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert rescore_report(root / "data" / "results", "judge_eval_256") in (root / "README.md").read_text()
