@@ -506,3 +506,20 @@ def test_sharpness_steep_hinged_scales_the_faint_and_keeps_the_rest(batch, fns):
     torch.testing.assert_close(steep_slope(J, 0.0), steep_slope(J))
     big = J.sum((1, 2)) >= STEEP_INK_HINGE
     torch.testing.assert_close(hinged(images, prompts)[big], steep_slope(J)[big].clamp(0, 1).float())
+
+
+def test_steep_guard_probe_scores_the_registered_rewards_it_names(batch, fns):
+    """scripts/steep_guard_probe.py's guard rows are the rewards their names say: the soft gate is sharpness_steep
+    and hinge 8 is sharpness_steep_hinged, bit for bit on real canvases, so its committed table describes them."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "steep_guard_probe.py"
+    spec = importlib.util.spec_from_file_location("steep_guard_probe", path)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    images, prompts, _ = batch
+    rows = {name: probe.guarded(h, f) for name, h, f in probe.GUARDS}
+    assert torch.equal(rows["gate (sharpness_steep)"](images, prompts), fns["sharpness_steep"](images, prompts))
+    assert torch.equal(rows["hinge 8 (sharpness_steep_hinged)"](images, prompts),
+                       fns["sharpness_steep_hinged"](images, prompts))

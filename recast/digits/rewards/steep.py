@@ -9,8 +9,8 @@ cleanest third, on figure 02's two batches). It agrees more with the blur verdic
 against 0.870), and a blur costs it more (-0.20 at 0.75 px on average, sharpness -0.10), but two far specks raise it
 by +0.04 on average (sharpness +0.003): the speck mask does not remove every step a speck adds when the speck is the
 canvas' peak. Trained alone it hacks (README "Each reward alone"): blur falls, but the Fréchet distance rises by
-+3,261 and every attribute judge falls by 0.24-0.30, because a few crisp pixels carry the score. So it is in no
-setting.
++3,261 and every attribute judge falls by 0.24-0.30: the policy erases the glyph to a faint mark whose few steps
+are steep relative to its own peak. So it is in no setting; `sharpness_steep_hinged_reward` guards it.
 """
 
 from __future__ import annotations
@@ -55,9 +55,10 @@ def sharpness_steep_hinged_reward(images: torch.Tensor, prompts: list[str]) -> t
     Trained alone, sharpness_steep's policy erases: its samples' median ink mass falls from 26 to 4, a faint mark
     whose few steps are steep relative to its own low peak, and sharpness_steep scores them +0.15 above the base
     samples. The soft gate (1 - 1/e at 2 units of ink) barely binds there. A linear hinge at 8 units, about the 7th
-    percentile of base samples, scores those samples lower than the base ones (`scripts/steep_guard_probe.py`); it is
-    the weakest hinge on the probe's grid that does, because every guard that binds more often reads the ink mass,
-    which is settled early, and moves the reward's gains earlier (README "The steep-guard round")."""
+    percentile of base samples, scores those samples lower than the base ones (`scripts/steep_guard_probe.py`). It is
+    the weakest hinge on the probe's grid that does: a guard that binds more often reads more of the ink mass, which
+    is settled early, and moves the reward's gains earlier (3.17 / 3.22 here, 3.58 / 3.50 unguarded). Trained alone
+    it still fails: the Fréchet distance rises by +741 (README "The steep-guard round")."""
     _specs(prompts, images.shape[0])
     J = above_background(images)
     hinge = (J.sum((1, 2)) / STEEP_INK_HINGE).clamp(0.0, 1.0)
