@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 
 # (name, hinge mass or None for the soft gate, peak floor); sharpness is the setting's reward, for reference
 GUARDS: tuple[tuple[str, float | None, float], ...] = (
@@ -40,18 +41,13 @@ GUARDS: tuple[tuple[str, float | None, float], ...] = (
 
 
 def guarded(hinge: float | None, peak_floor: float):
-    """The guarded steep reward ``(images, prompts) -> (B,)`` for one row of `GUARDS`."""
-    import torch
+    """The guarded steep reward ``(images, prompts) -> (B,)`` for one row of `GUARDS`
+    (`recast.digits.rewards.steep.steep_score`)."""
+    from functools import partial
 
-    from recast.digits.rewards.digit import SHARPNESS_INK_MASS, _ink_gate, above_background
-    from recast.digits.rewards.steep import steep_slope
+    from recast.digits.rewards.steep import steep_score
 
-    def fn(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-        J = above_background(images)
-        gate = _ink_gate(J, SHARPNESS_INK_MASS) if hinge is None else (J.sum((1, 2)) / hinge).clamp(0.0, 1.0)
-        return (steep_slope(J, peak_floor).clamp(0.0, 1.0) * gate).float()
-
-    return fn
+    return partial(steep_score, hinge=hinge, peak_floor=peak_floor)
 
 
 def steep_steps(J):
@@ -99,7 +95,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    root = recast.__file__.rsplit("/recast/", 1)[0]
+    root = Path(recast.__file__).resolve().parents[1]
     batches = {s: RolloutEnds.load(f"{root}/{a.ends}/seed_{s}.pt") for s in (0, 1)}
     images, prompts = sample_world(load_world(f"{root}/data/digit_base"), n=256, split="test", num_steps=10, seed=0)
     not_blur = judge_verdicts(images.clamp(0, 1), prompts)["not_blur"].numpy().astype(int)

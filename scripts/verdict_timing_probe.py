@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     import recast
     from recast.digits.data import prompt_set
     from recast.digits.rewards import setting_rewards
-    from recast.informativeness import gains_centre_of_mass, telescoping_gains
+    from recast.informativeness import centre_of_mass_band, gains_centre_of_mass
     from recast.informativeness.probe import estimate_profiles
     from recast.io import read_csv, write_csv
     from recast.sweep import results_dir
@@ -72,10 +72,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         gt = estimate_profiles(world, names, prompts, num_rollouts=a.num_rollouts, substeps=a.substeps,
                                bootstrap=a.bootstrap, seed=a.seed)["rollout"]
         com = gains_centre_of_mass(gt.gains).tolist()
-        boot = gt.D_boot  # (R, K, T+1): the centre of mass of every replicate's gains gives its 5-95 % band
-        R, K, T1 = boot.shape
-        com_boot = gains_centre_of_mass(telescoping_gains(boot.reshape(R * K, T1))).reshape(R, K)
-        lo, hi = torch.nanquantile(com_boot, torch.tensor([0.05, 0.95], dtype=com_boot.dtype), dim=0).tolist()
+        lo, hi = (b.tolist() for b in centre_of_mass_band(gt.D_boot))  # 5-95 % over the bootstrap replicates
         shares = (gt.gains / gt.gains.sum(1, keepdim=True)).tolist()
         rows = [{"name": n, "kind": "verdict" if n.startswith("verdict:") else "reward", "com": com[k],
                  "com_lo": lo[k], "com_hi": hi[k], "cleanest_third_share": shares[k][-2] + shares[k][-1],

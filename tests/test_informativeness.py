@@ -343,3 +343,21 @@ def test_early_share_null_is_small_but_not_zero_and_matches_its_definition():
     assert 0 < band < 0.05 and early_share_null(3, quantile=0.5) <= band
     with pytest.raises(ValueError, match="quantile"):
         early_share_null(3, quantile=1.0)
+
+
+def test_centre_of_mass_band_reads_the_replicates_gains():
+    """Identical replicates give a zero-width band at the centre of mass; a replicate whose gain sits in the last
+    column moves the upper quantile there; a replicate without gain is left out; D_boot must be (R, K, T + 1)."""
+    import torch
+
+    from recast.informativeness import centre_of_mass_band
+
+    early = torch.tensor([0.0, 1.0, 1.0, 1.0], dtype=torch.float64)  # all gain in column 0
+    late = torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=torch.float64)  # all gain in column 2
+    flat = torch.zeros(4, dtype=torch.float64)
+    lo, hi = centre_of_mass_band(early.repeat(5, 1, 1))
+    assert lo.tolist() == [0.0] and hi.tolist() == [0.0]
+    lo, hi = centre_of_mass_band(torch.stack([early, late, flat])[:, None], quantiles=(0.0, 1.0))
+    assert lo.tolist() == [0.0] and hi.tolist() == [2.0]
+    with pytest.raises(ValueError, match="R, K, T"):
+        centre_of_mass_band(early)

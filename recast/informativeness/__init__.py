@@ -5,6 +5,7 @@ turns into W (§5-§6), and `simulate` a synthetic stand-in for training that me
 """
 
 from recast.informativeness.discriminability import (
+    centre_of_mass_band,
     gains_centre_of_mass,
     loo_calibrated_values,
     pav_nondecreasing,
@@ -22,6 +23,7 @@ __all__ = [
     "pav_nondecreasing",
     "telescoping_gains",
     "gains_centre_of_mass",
+    "centre_of_mass_band",
     "loo_calibrated_values",
     "tweedie_discriminability",
     "posterior_discriminability",

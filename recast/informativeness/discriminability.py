@@ -153,6 +153,22 @@ def gains_centre_of_mass(gains) -> torch.Tensor:
     return torch.where(tot > 0, com, torch.full_like(com, float("nan")))
 
 
+def centre_of_mass_band(D_boot, quantiles: tuple[float, float] = (0.05, 0.95)) -> tuple[torch.Tensor, torch.Tensor]:
+    """The band of `gains_centre_of_mass` over bootstrap replicates of D: ``(lo (K,), hi (K,))``, the quantiles of
+    the centre of mass of each replicate's telescoping gains, replicates without gain left out.
+
+    Args:
+        D_boot: (R, K, T + 1) replicates of D (e.g. the rollout estimate's bootstrap).
+    """
+    D_boot = torch.as_tensor(D_boot, dtype=torch.float64)
+    if D_boot.ndim != 3:
+        raise ValueError(f"D_boot must be (R, K, T + 1), got shape {tuple(D_boot.shape)}")
+    R, K, T1 = D_boot.shape
+    com_boot = gains_centre_of_mass(telescoping_gains(D_boot.reshape(R * K, T1))).reshape(R, K)
+    lo, hi = torch.nanquantile(com_boot, torch.tensor(quantiles, dtype=com_boot.dtype), dim=0)
+    return lo, hi
+
+
 def renyi_rows(values: np.ndarray, alpha: float = 2.0) -> np.ndarray:
     """`renyi_discriminability` of every row of values (R, n) at once (no input checks; for bootstraps).
 

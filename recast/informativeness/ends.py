@@ -136,7 +136,7 @@ def ends_profile(ends: RolloutEnds, reward_fn: Callable[[torch.Tensor, list[str]
         ``com_hi`` its 5-95 % band (NaN without a bootstrap), ``cleanest_third_share`` (K,) the share of the gains
         in the last ⌈T/3⌉ columns, and ``silenced`` (K,) bool.
     """
-    from recast.informativeness import gains_centre_of_mass, telescoping_gains
+    from recast.informativeness import centre_of_mass_band, gains_centre_of_mass, telescoping_gains
     from recast.informativeness.probe import p_map
     from recast.rollout import discriminability_from_ends
 
@@ -163,8 +163,6 @@ def ends_profile(ends: RolloutEnds, reward_fn: Callable[[torch.Tensor, list[str]
     share = gains[:, -last:].sum(1) / total.where(total > 0, torch.ones(()))
     lo = hi = torch.full_like(com, float("nan"))
     if D_boot is not None:
-        R, K, T1 = D_boot.shape
-        com_boot = gains_centre_of_mass(telescoping_gains(D_boot.reshape(R * K, T1))).reshape(R, K)
-        lo, hi = torch.nanquantile(com_boot, torch.tensor([0.05, 0.95], dtype=com_boot.dtype), dim=0)
+        lo, hi = centre_of_mass_band(D_boot)
     return {"D": D, "D_boot": D_boot, "gains": gains, "com": com, "com_lo": lo, "com_hi": hi,
             "cleanest_third_share": share, "silenced": silenced}

@@ -20,7 +20,8 @@ import torch
 from recast.digits.rewards.digit import SHARPNESS_INK_MASS, _EPS, _ink_gate, _specs, above_background
 from recast.digits.rewards.specks import glyph_steps
 
-__all__ = ["STEEP_INK_HINGE", "sharpness_steep_hinged_reward", "sharpness_steep_reward", "steep_slope"]
+__all__ = ["STEEP_INK_HINGE", "sharpness_steep_hinged_reward", "sharpness_steep_reward", "steep_score",
+           "steep_slope"]
 
 STEEP_INK_HINGE: float = 8.0  # ink mass below which sharpness_steep_hinged scales down linearly (7th percentile of base)
 _DEN_EPS = 1e-9  # sum |g|^3 of a faint glyph is ~1e-4: a larger floor would bias its slope
@@ -43,9 +44,19 @@ def sharpness_steep_reward(images: torch.Tensor, prompts: list[str]) -> torch.Te
     """``steep_slope(J) * (1 - exp(-sum J / SHARPNESS_INK_MASS))``: how steep the glyph's steepest edges are relative
     to its peak, times sharpness's gate on the ink mass (erasing does not pay). Range [0, 1]; blind to a uniform wash
     (`above_background`)."""
+    return steep_score(images, prompts)
+
+
+def steep_score(images: torch.Tensor, prompts: list[str], *, hinge: float | None = None,
+                peak_floor: float = 0.0) -> torch.Tensor:
+    """``steep_slope(J, peak_floor).clamp(0, 1) * gate``, the body of the steep rewards: the gate is sharpness's soft
+    ``1 - exp(-sum J / SHARPNESS_INK_MASS)`` when ``hinge`` is None, else the linear ``min(1, sum J / hinge)``.
+    `sharpness_steep_reward` is the default, `sharpness_steep_hinged_reward` ``hinge=STEEP_INK_HINGE``, and
+    `scripts/steep_guard_probe.py` scans the rest."""
     _specs(prompts, images.shape[0])
     J = above_background(images)
-    return (steep_slope(J).clamp(0.0, 1.0) * _ink_gate(J, SHARPNESS_INK_MASS)).float()
+    gate = _ink_gate(J, SHARPNESS_INK_MASS) if hinge is None else (J.sum((1, 2)) / hinge).clamp(0.0, 1.0)
+    return (steep_slope(J, peak_floor).clamp(0.0, 1.0) * gate).float()
 
 
 def sharpness_steep_hinged_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
@@ -59,7 +70,4 @@ def sharpness_steep_hinged_reward(images: torch.Tensor, prompts: list[str]) -> t
     the weakest hinge on the probe's grid that does: a guard that binds more often reads more of the ink mass, which
     is settled early, and moves the reward's gains earlier (3.17 / 3.22 here, 3.58 / 3.50 unguarded). Trained alone
     it still fails: the Fréchet distance rises by +741 (README "The steep-guard round")."""
-    _specs(prompts, images.shape[0])
-    J = above_background(images)
-    hinge = (J.sum((1, 2)) / STEEP_INK_HINGE).clamp(0.0, 1.0)
-    return (steep_slope(J).clamp(0.0, 1.0) * hinge).float()
+    return steep_score(images, prompts, hinge=STEEP_INK_HINGE)
