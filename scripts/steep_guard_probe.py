@@ -1,7 +1,7 @@
 """Probe: can a guard stop sharpness_steep's erasing hack and keep it decided late? A grid of guards, scored three ways.
 
-    python scripts/steep_guard_probe.py      # ~1.5 min; needs runs/ends (scripts/timing_cache.py record --seed 0 / 1)
-                                             # and runs/alone/sharpness_steep (python -m recast.alone, README)
+    python scripts/steep_guard_probe.py      # ~2-3 min; needs runs/ends (scripts/timing_cache.py record --seed 0 / 1)
+                                             # and runs/alone/sharpness_steep{,_hinged} (python -m recast.alone)
 
 Trained alone, sharpness_steep hacks (README "Each reward alone"): its policy erases the glyph to a faint mark whose
 few steps are steep relative to the mark's own low peak. Each guard below is sharpness_steep's slope
@@ -9,14 +9,19 @@ few steps are steep relative to the mark's own low peak. Each guard below is sha
 
 - ``gate``: the soft gate ``1 - exp(-sum J / 2)`` (sharpness_steep itself, and sharpness for reference);
 - ``hinge m``: ``min(1, sum J / m)``, a linear hinge that binds on the faintest base samples;
-- ``floor f``: the slope read against ``max(peak, f)``, with the soft gate.
+- ``floor f``: the slope read against ``max(peak, f)``, with the soft gate;
+- ``texture a``: the soft gate times ``min(1, (1 - alternation) / (1 - a))``, which reads pixel texture
+  (`alternation`, below) instead of the ink mass: full marks up to an alternation of ``a``, falling linearly to 0 at a
+  checkerboard. The erased marks are textured (alternation 0.57-0.60 against 0.27 at the base), and texture is a fine
+  detail, so this asks whether a guard that reads something settled late keeps the reward late.
 
 For each it reports when it is decided (the ground truth on figure 02's two stored batches: centre of mass of the
 gains on the 6-step grid, 0..5, and the share of gains in the cleanest third, `recast.informativeness.ends`), how
 well it agrees with the blur verdict on the audit's 256 base samples (AUC), what a 0.75 px blur costs it there, and
 the hack: its mean on the final policy's samples of sharpness_steep's single-reward runs (seeds 0 and 1, 128 test
 prompts each, EMA weights) minus its mean on the base model's samples with the same noise. A guard closes the hack
-when that difference is negative. Writes ``data/results/steep_guard_probe.csv``.
+when that difference is negative. ``hack_hinged`` is the same difference on sharpness_steep_hinged's own runs, the
+second route (a thinned, textured glyph above the hinge). Writes ``data/results/steep_guard_probe.csv``.
 
 It also describes what each single-reward run in ``--sample-runs`` did to its samples (the same draws: seeds 0 and 1,
 base against final; ``data/results/steep_guard_probe_samples.csv``): the median ink mass and peak, the median count of
@@ -28,26 +33,39 @@ checkerboard). Analysis only.
 from __future__ import annotations
 
 import argparse
+import functools
 from dataclasses import replace
 from pathlib import Path
 
-# (name, hinge mass or None for the soft gate, peak floor); sharpness is the setting's reward, for reference
-GUARDS: tuple[tuple[str, float | None, float], ...] = (
-    ("gate (sharpness_steep)", None, 0.0),
-    ("hinge 6", 6.0, 0.0), ("hinge 8 (sharpness_steep_hinged)", 8.0, 0.0), ("hinge 10", 10.0, 0.0),
-    ("hinge 16", 16.0, 0.0), ("hinge 30", 30.0, 0.0),
-    ("floor 0.3", None, 0.3), ("floor 0.4", None, 0.4), ("floor 0.5", None, 0.5),
+# (name, hinge mass or None for the soft gate, peak floor, texture threshold or None); sharpness is the setting's
+# reward, for reference
+GUARDS: tuple[tuple[str, float | None, float, float | None], ...] = (
+    ("gate (sharpness_steep)", None, 0.0, None),
+    ("hinge 6", 6.0, 0.0, None), ("hinge 8 (sharpness_steep_hinged)", 8.0, 0.0, None), ("hinge 10", 10.0, 0.0, None),
+    ("hinge 16", 16.0, 0.0, None), ("hinge 30", 30.0, 0.0, None),
+    ("floor 0.3", None, 0.3, None), ("floor 0.4", None, 0.4, None), ("floor 0.5", None, 0.5, None),
+    ("texture 0.3", None, 0.0, 0.3), ("texture 0.4", None, 0.0, 0.4), ("texture 0.5", None, 0.0, 0.5),
+    ("hinge 8 + texture 0.4", 8.0, 0.0, 0.4),
 )
 
 
-def guarded(hinge: float | None, peak_floor: float):
+def guarded(hinge: float | None, peak_floor: float, texture: float | None = None):
     """The guarded steep reward ``(images, prompts) -> (B,)`` for one row of `GUARDS`
-    (`recast.digits.rewards.steep.steep_score`)."""
+    (`recast.digits.rewards.steep.steep_score`, times the texture gate when ``texture`` is given)."""
     from functools import partial
 
+    from recast.digits.rewards.digit import above_background
     from recast.digits.rewards.steep import steep_score
 
-    return partial(steep_score, hinge=hinge, peak_floor=peak_floor)
+    score = partial(steep_score, hinge=hinge, peak_floor=peak_floor)
+    if texture is None:
+        return score
+
+    def textured(images, prompts):
+        gate = ((1.0 - alternation(above_background(images))) / (1.0 - texture)).clamp(0.0, 1.0)
+        return (score(images, prompts) * gate).float()
+
+    return textured
 
 
 def steep_steps(J):
@@ -89,6 +107,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ends", default="runs/ends")
     ap.add_argument("--hack-runs", default="runs/alone/sharpness_steep")
+    ap.add_argument("--hinged-runs", default="runs/alone/sharpness_steep_hinged",
+                    help="the second route's runs (hack_hinged)")
     ap.add_argument("--csv", default="steep_guard_probe.csv")
     ap.add_argument("--sample-runs", default="sharpness_steep,sharpness_steep_hinged",
                     help="single-reward runs under runs/alone whose samples to describe")
@@ -101,6 +121,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     not_blur = judge_verdicts(images.clamp(0, 1), prompts)["not_blur"].numpy().astype(int)
     blurred = gaussian_blur(images, 0.75)
 
+    @functools.cache
     def draws(run_dir):
         out = {}
         for seed in (0, 1):
@@ -109,32 +130,33 @@ def main(argv: list[str] | None = None) -> list[dict]:
                          for tag, pol in (("base", base), ("final", replace(base, which="ema")))}
         return out
 
-    hack = draws(a.hack_runs)
+    hack = {"hack": draws(a.hack_runs), "hack_hinged": draws(a.hinged_runs)}
     rewards = [("sharpness", get("sharpness")(torch.device("cpu")))]
-    rewards += [(name, guarded(h, f)) for name, h, f in GUARDS]
+    rewards += [(name, guarded(h, f, t)) for name, h, f, t in GUARDS]
     rows = []
-    print("| guard | centre of mass, batch 0 / 1 | cleanest-third share | AUC vs not blurred | blur 0.75 px | hack: final "
-          "- base, seeds 0 / 1 |")
-    print("|---|---|---|---|---|---|")
+    print("| guard | centre of mass, batch 0 / 1 | cleanest-third share | AUC vs not blurred | blur 0.75 px | "
+          "hack: final - base, seeds 0 / 1 | the hinged route, seeds 0 / 1 |")
+    print("|---|---|---|---|---|---|---|")
     for name, fn in rewards:
         prof = {s: ends_profile(ends, fn) for s, ends in batches.items()}
         r = fn(images, prompts).double()
-        d_hack = {s: (fn(*hack[s]["final"]).double().mean() - fn(*hack[s]["base"]).double().mean()).item()
-                  for s in hack}
+        d_hack = {f"{route}_{s}": (fn(*d[s]["final"]).double().mean() - fn(*d[s]["base"]).double().mean()).item()
+                  for route, d in hack.items() for s in d}
         row = {"guard": name, **{f"com_{s}": float(p["com"][0]) for s, p in prof.items()},
                **{f"cleanest_third_share_{s}": float(p["cleanest_third_share"][0]) for s, p in prof.items()},
                "auc_not_blur": float(roc_auc_score(not_blur, r.numpy())),
                "blur_075": float((fn(blurred, prompts).double() - r).mean()), "base_mean": float(r.mean()),
-               **{f"hack_{s}": d for s, d in d_hack.items()}}
+               **d_hack}
         rows.append(row)
         print(f"| {name} | {row['com_0']:.2f} / {row['com_1']:.2f} | {row['cleanest_third_share_0']:.2f} / "
               f"{row['cleanest_third_share_1']:.2f} | {row['auc_not_blur']:.3f} | {row['blur_075']:+.3f} | "
-              f"{row['hack_0']:+.3f} / {row['hack_1']:+.3f} |", flush=True)
+              f"{row['hack_0']:+.3f} / {row['hack_1']:+.3f} | {row['hack_hinged_0']:+.3f} / "
+              f"{row['hack_hinged_1']:+.3f} |", flush=True)
     write_csv(results_dir() / a.csv, rows)
     described = []
     print("\n| run | seed | policy | ink mass | peak | steep steps | alternation |\n|---|---|---|---|---|---|---|")
     for run in a.sample_runs.split(","):
-        for seed, tags in draws(f"runs/alone/{run}").items():
+        for seed, tags in draws(str(Path("runs/alone") / run)).items():
             for tag, (imgs, _) in tags.items():
                 J = above_background(imgs)
                 d = {"run": run, "seed": seed, "policy": tag, "ink_mass": float(J.sum((1, 2)).median()),

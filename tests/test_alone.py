@@ -409,9 +409,20 @@ def test_committed_steep_guard_probe_every_guard_that_closes_the_hack_is_decided
     assert not closes["gate (sharpness_steep)"] and not closes["hinge 6"]
     assert closes[f"hinge {STEEP_INK_HINGE:g} (sharpness_steep_hinged)"]
     hinges = [rows[g] for g in ("hinge 6", "hinge 8 (sharpness_steep_hinged)", "hinge 10", "hinge 16", "hinge 30")]
-    for weak, strong in zip(hinges, hinges[1:]):
-        assert strong["hack_0"] < weak["hack_0"] and strong["com_0"] < weak["com_0"]
+    textures = [rows[g] for g in ("texture 0.5", "texture 0.4", "texture 0.3")]
+    for family in (hinges, textures):
+        for weak, strong in zip(family, family[1:]):
+            assert strong["hack_0"] < weak["hack_0"] and strong["com_0"] < weak["com_0"]
     assert all(max(r["com_0"], r["com_1"]) < 3.5 for g, r in rows.items() if closes[g])
+    # a guard that reads pixel texture, settled late, lands on the same frontier: the weakest that closes the hack
+    # (texture 0.3) is decided within 0.05 of the registered hinge
+    assert closes["texture 0.3"] and not closes["texture 0.4"]
+    assert abs(rows["texture 0.3"]["com_0"] - rows["hinge 8 (sharpness_steep_hinged)"]["com_0"]) < 0.05
+    # the hinged reward's own samples (a thinned, textured glyph) are paid by every guard but the strongest hinge,
+    # and by the setting's sharpness too; the one that closes both routes is decided at the mid third's start
+    both = [g for g, r in rows.items() if closes[g] and r["hack_hinged_0"] < 0 and r["hack_hinged_1"] < 0]
+    assert both == ["hinge 30"] and rows["sharpness"]["hack_hinged_0"] > 0
+    assert max(rows["hinge 30"]["com_0"], rows["hinge 30"]["com_1"]) < 2.7
 
 
 def test_committed_contrast_and_realism_alone_tables_fail_the_rule_and_tie_the_placebo():

@@ -519,7 +519,37 @@ def test_steep_guard_probe_scores_the_registered_rewards_it_names(batch, fns):
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     images, prompts, _ = batch
-    rows = {name: probe.guarded(h, f) for name, h, f in probe.GUARDS}
+    rows = {name: probe.guarded(h, f, t) for name, h, f, t in probe.GUARDS}
     assert torch.equal(rows["gate (sharpness_steep)"](images, prompts), fns["sharpness_steep"](images, prompts))
     assert torch.equal(rows["hinge 8 (sharpness_steep_hinged)"](images, prompts),
                        fns["sharpness_steep_hinged"](images, prompts))
+
+
+def test_steep_guard_probe_texture_gate_pays_a_smooth_edge_whole_and_scales_a_pixel_line(fns):
+    """The probe's texture guard is sharpness_steep times min(1, (1 - alternation) / (1 - a)): a filled square's
+    edges never reverse at the next pixel (alternation 0), so it keeps sharpness_steep's score; a one-pixel line
+    reverses at every row (alternation 1/2), so at a = 0.4 it keeps (1/2) / 0.6 = 5/6 of it; a checkerboard
+    (alternation near 1) keeps almost nothing."""
+    import importlib.util
+    from pathlib import Path
+
+    from recast.digits.rewards.digit import above_background
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "steep_guard_probe.py"
+    spec = importlib.util.spec_from_file_location("steep_guard_probe", path)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    p, steep, textured = ["a small red 1 at the top left"], fns["sharpness_steep"], probe.guarded(None, 0.0, 0.4)
+    square = torch.zeros(1, 3, 24, 24)
+    square[:, :, 6:12, 6:12] = 0.5
+    line = torch.zeros(1, 3, 24, 24)
+    line[:, :, 4:16, 10] = 0.5
+    board = torch.zeros(1, 3, 24, 24)
+    board[:, :, 4:16, 4:16] = 0.5 * ((torch.arange(12)[:, None] + torch.arange(12)[None]) % 2).float()
+    assert probe.alternation(above_background(square)).item() == 0.0
+    assert probe.alternation(above_background(line)).item() == pytest.approx(0.5)
+    assert probe.alternation(above_background(board)).item() > 0.9
+    assert textured(square, p).item() == pytest.approx(steep(square, p).item(), rel=1e-6)
+    assert steep(line, p).item() > 0.5
+    assert textured(line, p).item() == pytest.approx(steep(line, p).item() * 5 / 6, rel=1e-5)
+    assert textured(board, p).item() < 0.2 * max(steep(board, p).item(), 1e-3)
