@@ -2,6 +2,7 @@
 ground truth?
 
     python scripts/tweedie_calibration_probe.py                # against data/results/informativeness_base.json
+    python scripts/tweedie_calibration_probe.py data/results/informativeness_base_256.json replicate   # 2nd batch
 
 Redraws notebook 02's batch (64 train prompts, seed 0, the same generator order as `estimate_profiles`, so the
 `univariate` line reproduces the committed tweedie ρ), then calibrates p_clean on other features of x_σ, each with an
@@ -10,7 +11,11 @@ out-of-sample R² and the same shrink rule as `loo_calibrated_values`:
 - all proxies: p_j(x̂_0) of all eight rewards, ridge with leave-one-out choice of the penalty;
 - + pooled x̂_0: those plus x̂_0 average-pooled to 3 × 4 × 4;
 - isotonic: a monotone fit of p_k(x̂_0), 8-fold cross-fitted;
-- quadratic: p_k(x̂_0) and its square, leave-one-out.
+- quadratic: p_k(x̂_0) and its square, leave-one-out;
+- hidden state: the transformer's last hidden state (the input of its output norm), averaged over the image tokens,
+  ridge as above: a linear value probe on the policy's own features of x_σ, which hold everything x_σ does that the
+  network computed, not only the posterior mean it decodes to x̂_0;
+- p_k + hidden state: the same, with p_k(x̂_0) as one more feature.
 It prints each variant's Spearman ρ of the 6 gains against the committed ground truth. Analysis only: the library
 uses the univariate calibration.
 """
@@ -26,8 +31,9 @@ import torch
 
 
 def inputs(num_prompts: int = 64, seed: int = 0):
-    """p_clean (K, N), proxies (K, T+1, N) and pooled x̂_0 features (T-1, N, 48) of notebook 02's batch, drawn as
-    `estimate_profiles` draws it (`model_batch`, then `tweedie_pairs`)."""
+    """p_clean (K, N), proxies (K, T+1, N), pooled x̂_0 features (T-1, N, 48) and the transformer's token-averaged
+    last hidden state (T-1, N, width) of notebook 02's batch, drawn as `estimate_profiles` draws it (`model_batch`,
+    then `tweedie_pairs`; the hook reads the forward pass each x̂_0 is decoded from)."""
     import recast
     from recast.digits.data import prompt_set
     from recast.digits.rewards import setting_rewards
@@ -40,11 +46,21 @@ def inputs(num_prompts: int = 64, seed: int = 0):
     pool = prompt_set("train")
     prompts = pool[:: max(1, len(pool) // num_prompts)][:num_prompts]
     b = model_batch(world, names, prompts, seed=seed)
-    feats = []
-    p_clean, p_proxy = tweedie_pairs(world, b.embeds, prompts, b.x0, b.sigmas, b.reward, b.to_p, generator=b.generator,
-                                     on_prediction=lambda j, img: feats.append(
-                                         torch.nn.functional.avg_pool2d(img, 6).flatten(1).double()))
-    return names, p_clean.T.numpy(), p_proxy.permute(2, 0, 1).numpy(), torch.stack(feats).numpy()
+    feats, hidden, last = [], [], []
+    hook = world.transformer.norm_out.register_forward_hook(lambda m, inp, out: last.append(inp[0].mean(1).double()))
+
+    def seen(j, img):
+        feats.append(torch.nn.functional.avg_pool2d(img, 6).flatten(1).double())
+        hidden.append(torch.cat(last))  # the forward pass(es) since the previous x̂_0, in sample order
+        last.clear()
+
+    try:
+        p_clean, p_proxy = tweedie_pairs(world, b.embeds, prompts, b.x0, b.sigmas, b.reward, b.to_p,
+                                         generator=b.generator, on_prediction=seen)
+    finally:
+        hook.remove()
+    return (names, p_clean.T.numpy(), p_proxy.permute(2, 0, 1).numpy(), torch.stack(feats).numpy(),
+            torch.stack(hidden).numpy())
 
 
 def _shrunk(y: np.ndarray, fitted: np.ndarray, r2_oos: float) -> np.ndarray:
@@ -93,20 +109,28 @@ def isotonic_cv(y: np.ndarray, f: np.ndarray, folds: int = 8) -> np.ndarray:
     return _shrunk(y, fitted, r2)
 
 
-def main(path: str = "data/results/informativeness_base.json") -> dict:
+def main(path: str = "data/results/informativeness_base.json", batch: str = "first") -> dict:
+    """Print and return each variant's ρ per reward; ``batch`` "replicate" scores the JSON's second batch (its
+    ``replicate`` seed and ground truth) instead of the first."""
     from recast.informativeness.discriminability import loo_calibrated_values, renyi_rows, telescoping_gains
     from recast.informativeness.probe import spearman
 
     torch.set_num_threads(1)
     ref = json.loads(Path(path).read_text())
-    names, pc, pp, F = inputs(ref["parameters"]["num_prompts"], ref["parameters"]["seed"])
-    g_true = torch.tensor(ref["rollout"]["gains"])
+    if batch not in ("first", "replicate"):
+        raise SystemExit(f"batch must be first or replicate, not {batch!r}")
+    seed, truth = ((ref["parameters"]["seed"], ref["rollout"]) if batch == "first" else
+                   (ref["replicate"]["seed"], ref["replicate"]["rollout"]))
+    names, pc, pp, F, H = inputs(ref["parameters"]["num_prompts"], seed)
+    g_true = torch.tensor(truth["gains"])
     variants = {
         "univariate": lambda k, j: loo_calibrated_values(pc[k], pp[k, j]),
         "all proxies": lambda k, j: ridge_loo(pc[k], pp[:, j].T),
         "all proxies + pooled x0_hat": lambda k, j: ridge_loo(pc[k], np.concatenate([pp[:, j].T, F[j - 1]], 1)),
         "isotonic, 8-fold": lambda k, j: isotonic_cv(pc[k], pp[k, j]),
         "quadratic": lambda k, j: ridge_loo(pc[k], np.stack([pp[k, j], pp[k, j] ** 2], 1), alphas=(1e-6,)),
+        "hidden state": lambda k, j: ridge_loo(pc[k], H[j - 1]),
+        "p_k + hidden state": lambda k, j: ridge_loo(pc[k], np.concatenate([pp[k, j][:, None], H[j - 1]], 1)),
     }
     out = {}
     print("| calibration | " + " | ".join(names) + " |\n|---|" + "---|" * len(names))
