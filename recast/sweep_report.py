@@ -3,6 +3,7 @@
     python -m recast.sweep_report                       # the committed sweep: lambda_sweep*.csv, judge_eval.csv
     python -m recast.sweep_report --name lambda_sweep_ci --judge judge_eval_ci
     python -m recast.sweep_report --rescore judge_eval_256   # notebook 06's re-scored tables (judge_eval_256*.csv)
+    python -m recast.sweep_report --fixed fixed_w_glyph      # the fixed-W control (scripts/fixed_w_runs.py --name)
 
 Nothing in the README's sweep section is typed by hand: it is this module's output. Cells are the paired ReCAST −
 baseline difference over seeds; a trailing **W** (win) or *L* (loss) marks a cell whose 95 % interval excludes zero,
@@ -18,7 +19,7 @@ from pathlib import Path
 from recast.io import read_csv
 
 __all__ = ["tally_table", "paired_table", "efficiency_table", "win_rate_table", "summarise_w_timing",
-           "w_timing_table", "hacking_table", "fell_table", "report", "rescore_report"]
+           "w_timing_table", "hacking_table", "fell_table", "report", "rescore_report", "fixed_w_report"]
 
 _MARK = {"win": " **W**", "loss": " *L*", "tie": ""}
 
@@ -34,14 +35,14 @@ def _fmt(metric: str, value: float) -> str:
     return f"{value:+.1f}" if metric.endswith("fid") else f"{value:+.3f}"
 
 
-def tally_table(paired: list[dict], confidence: float = 0.95, rewards: bool = True) -> str:
+def tally_table(paired: list[dict], confidence: float = 0.95, rewards: bool = True, label: str = "baseline") -> str:
     """Win / tie / loss counts per baseline and setting, judges and training rewards apart, beside the number of
     cells that would be called a win or a loss by chance alone if nothing differed ((1 − confidence) × cells).
-    ``rewards=False``: the judges alone (a re-score has no training rewards)."""
+    ``rewards=False``: the judges alone (a re-score has no training rewards); ``label`` heads the first column."""
     prefixes = ("judge/", "reward/") if rewards else ("judge/",)
     head = " | ".join(f"{'judges' if p == 'judge/' else 'training rewards'}: win / tie / loss" for p in prefixes)
     what = "judges, rewards" if rewards else "judges"
-    lines = [f"| baseline | setting | {head} | calls expected by chance ({what}; {1 - confidence:.0%} of cells) |",
+    lines = [f"| {label} | setting | {head} | calls expected by chance ({what}; {1 - confidence:.0%} of cells) |",
              "|---|---|" + "---|" * (len(prefixes) + 1)]
     for b in dict.fromkeys(r["baseline"] for r in paired):
         for s in dict.fromkeys(r["setting"] for r in paired):
@@ -228,6 +229,42 @@ def rescore_report(results: str | Path, judge: str = "judge_eval_256") -> str:
     return "\n".join(out)
 
 
+def fixed_w_report(results: str | Path, name: str = "fixed_w_glyph") -> str:
+    """Every README table of the fixed-W control (`scripts/fixed_w_runs.py --name name --evaluate`), per setting
+    that has its three CSVs: the win / tie / loss tally of each comparison (fixed W − uniform, fixed W − ReCAST,
+    ReCAST − uniform) on the held-out judges at 1,024 samples per seed and on the training rewards, the paired judge
+    table of each comparison, and the pairwise-judge win rates of the fixed W against each.
+
+    Raises:
+        FileNotFoundError: no setting has all three of ``<name>_<setting>{,_compare,_rewards}.csv``.
+    """
+    results = Path(results)
+    settings = [s for s in ("compose", "quality")
+                if all((results / f"{name}_{s}{x}.csv").exists() for x in ("", "_compare", "_rewards"))]
+    if not settings:
+        raise FileNotFoundError(f"no {name}_<setting>{{,_compare,_rewards}}.csv in {results}")
+
+    def labelled(rows):  # one "baseline" per comparison, so the sweep's tables group by it
+        return [{**r, "baseline": f"{r['method']} − {r['baseline']}".replace("fixed", "fixed W")
+                 .replace("recast", "ReCAST")} for r in rows]
+
+    out = []
+    for s in settings:
+        judges = labelled([r for r in read_csv(results / f"{name}_{s}_compare.csv")
+                           if r["metric"].startswith("judge/")])
+        rewards = labelled(read_csv(results / f"{name}_{s}_rewards.csv"))
+        out += ([""] if out else []) + [
+            f"The fixed-W control, {s} ({name}): win / tie / loss per comparison on the held-out judges (1,024 "
+            "samples per seed) and on the training rewards (the runs' own 64-sample evaluation); a cell is a win or a "
+            "loss only when its 95 % interval over seeds excludes zero:", "",
+            tally_table(judges + rewards, label="comparison")]
+        for b in dict.fromkeys(r["baseline"] for r in judges):
+            out += ["", f"Held-out judges, {b} ({s}, paired over seeds):", "", paired_table(judges, b, "judge/")]
+        out += ["", f"Pairwise judge, the fixed W against each ({s}; the verdict uses the interval over seeds):", "",
+                win_rate_table(read_csv(results / f"{name}_{s}.csv"))]
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> None:
     from recast.sweep import results_dir
 
@@ -236,9 +273,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--name", default="lambda_sweep", help="notebook 05's results_name")
     p.add_argument("--judge", default="judge_eval", help="notebook 06's results_name ('' to leave it out)")
     p.add_argument("--rescore", help="print the tables of this notebook 06 re-score instead (e.g. judge_eval_256)")
+    p.add_argument("--fixed", help="print the tables of this fixed-W control instead (e.g. fixed_w_glyph)")
     args = p.parse_args(argv)
-    print(rescore_report(args.results, args.rescore) if args.rescore else report(args.results, args.name,
-                                                                                 args.judge or None))
+    if args.fixed:
+        print(fixed_w_report(args.results, args.fixed))
+    elif args.rescore:
+        print(rescore_report(args.results, args.rescore))
+    else:
+        print(report(args.results, args.name, args.judge or None))
 
 
 if __name__ == "__main__":

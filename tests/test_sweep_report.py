@@ -4,8 +4,8 @@ import pytest
 
 from recast.io import read_csv, write_csv
 from recast.sweep_results import compare
-from recast.sweep_report import (efficiency_table, hacking_table, paired_table, report, rescore_report,
-                                 summarise_w_timing, tally_table, w_timing_table, win_rate_table)
+from recast.sweep_report import (efficiency_table, fixed_w_report, hacking_table, paired_table, report,
+                                 rescore_report, summarise_w_timing, tally_table, w_timing_table, win_rate_table)
 
 
 def _rows():
@@ -67,6 +67,35 @@ def test_rescore_report_tabulates_notebook_06s_files_and_needs_all_three(tmp_pat
     assert "| compose / uniform | recast | none |" in text
     assert "| compose / uniform | uniform | defect_blur +0.050, fid +20.0 |" in text
     assert "| compose / uniform | 30 / 10 / 24 | 0.55 [0.43, 0.66] | 0.70 [0.45, 0.95] |" in text
+
+
+def test_fixed_w_report_groups_by_comparison_and_needs_a_setting_with_all_three_files(tmp_path):
+    """scripts/fixed_w_runs.py's three CSVs per setting: each (method, baseline) pair is one comparison in the tally
+    (judges and training rewards apart) and has its own paired judge table; a setting missing a file is left out,
+    and none complete is an error."""
+    paired = compare(_rows(), baseline="uniform")
+    judge = [dict(c, method="fixed", verdict="win" if c["metric"] == "judge/strict" else c["verdict"])
+             for c in paired if c["metric"].startswith("judge/")]
+    judge += [dict(c, method="recast", baseline="uniform", verdict="loss" if c["metric"] == "judge/fid" else "tie")
+              for c in paired if c["metric"].startswith("judge/")]
+    write_csv(tmp_path / "fx_compose_compare.csv", judge + [dict(paired[-1], method="fixed")])  # a reward row: skipped
+    write_csv(tmp_path / "fx_compose_rewards.csv", [dict(c, method="fixed", verdict="win")
+                                                    for c in paired if c["metric"].startswith("reward/")])
+    with pytest.raises(FileNotFoundError):
+        fixed_w_report(tmp_path, "fx")
+    write_csv(tmp_path / "fx_compose.csv", [
+        {"setting": "compose", "budget": "uniform", "method": "fixed", "baseline": "uniform", "wins": 40, "ties": 4,
+         "losses": 20, "win_rate": 0.65625, "ci_low": 0.54, "ci_high": 0.76, "seed_rates": "0.6 0.7",
+         "seed_ci_low": 0.0147, "seed_ci_high": 1.2853, "verdict": "tie"}])
+    write_csv(tmp_path / "fx_quality_rewards.csv", [])  # quality has no judge files: not reported
+    text = fixed_w_report(tmp_path, "fx")
+    assert "| comparison | setting | judges: win / tie / loss | training rewards: win / tie / loss |" in text
+    assert "| fixed W − uniform | compose | 1 / 1 / 0 | 1 / 0 / 0 | 0.1 of 2, 0.1 of 1 |" in text
+    assert "| ReCAST − uniform | compose | 0 / 1 / 1 | 0 / 0 / 0 | 0.1 of 2, 0.0 of 0 |" in text
+    assert "Held-out judges, fixed W − uniform (compose" in text and "| compose / uniform | +0.150 **W** | +20.0 |" in text
+    assert "Held-out judges, ReCAST − uniform (compose" in text and "| compose / uniform | +0.150 | +20.0 *L* |" in text
+    assert "| compose / uniform | 40 / 4 / 20 | 0.66 [0.54, 0.76] | 0.65 [0.01, 1.29] |" in text
+    assert "quality" not in text
 
 
 def test_efficiency_and_win_rate_tables_say_what_was_not_reached(tmp_path):
