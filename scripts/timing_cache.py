@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rec.add_argument("--num-prompts", type=int, default=256)
     rec.add_argument("--num-rollouts", type=int, default=8)
     rec.add_argument("--substeps", type=int, default=4)
+    rec.add_argument("--shift", type=float, default=3.0, help="the grid's time shift (the presets' is 3)")
     rec.add_argument("--threads", type=int, default=2)
     sc = sub.add_parser("score", help="score rewards on stored ends")
     sc.add_argument("names", nargs="+")
@@ -65,7 +66,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         world = load_world(f"digits:{root / 'data/digit_base'}")
         pool = prompt_set("train")
         prompts = pool[:: max(1, len(pool) // a.num_prompts)][:a.num_prompts]
-        ends = record_ends(world, prompts, num_rollouts=a.num_rollouts, substeps=a.substeps, seed=a.seed)
+        ends = record_ends(world, prompts, num_rollouts=a.num_rollouts, substeps=a.substeps, shift=a.shift,
+                           seed=a.seed)
         print(ends.save(folder / f"seed_{a.seed}.pt"))
         return []
     batches = {int(s): RolloutEnds.load(folder / f"seed_{int(s)}.pt") for s in a.seeds.split(",")}

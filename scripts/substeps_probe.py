@@ -1,0 +1,86 @@
+"""Probe: is the ground truth's sub-grid fine enough? Figure 02's D with 4 ancestral substeps per grid step against 8.
+
+    python scripts/timing_cache.py record --seed 0 --substeps 8 --dir runs/ends_s8   # ~20 min on 2 cores
+    python scripts/substeps_probe.py                                                  # ~1 min
+
+RECAST.md §5 asks for continuations "on a sub-grid fine enough" that their ends, given x_σ, follow the model's
+posterior. Notebook 02 uses 4 ancestral (η = 1) substeps per step of the 6-step grid. If that were too coarse, the
+ends would be biased, and so would every timing the README reads from them (the centre of mass of each reward's
+gains) and the lag it reports for tweedie. This scores every setting reward and the blur and speckle verdicts on the
+stored ends of the same 256 prompts drawn with 8 substeps (seed 0) and compares them with the committed 4-substep
+batches. The null is the committed replicate: 4 substeps, seed 1, against seed 0. A sub-grid is fine enough where
+doubling it moves the centre of mass of the gains no more than a second seed does. It also scores the committed
+tweedie gains of seed 0 (`data/results/informativeness_base_256.json`) against each ground truth: if the lag were
+the coarse sub-grid's, tweedie would agree better with the finer one than with the same sub-grid's other batch (the
+8-substep batch draws its own x_0, so it is another batch as well as another sub-grid).
+
+Writes ``data/results/ground_truth_substeps.csv``: per reward, the centre of mass of each batch with its 5-95 %
+bootstrap band, the differences, and the Spearman ρ of the 6 gains. Analysis only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    import torch
+
+    import recast
+    from recast.digits.judges.agreement import verdict_reward
+    from recast.digits.rewards import get, setting_rewards
+    from recast.informativeness.ends import RolloutEnds, ends_profile
+    from recast.informativeness.probe import spearman
+    from recast.io import write_csv
+    from recast.sweep import results_dir
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--coarse", default="runs/ends", help="the committed 4-substep ends (seed_0.pt, seed_1.pt)")
+    ap.add_argument("--fine", default="runs/ends_s8", help="the 8-substep ends (seed_0.pt)")
+    ap.add_argument("--tweedie", default="data/results/informativeness_base_256.json")
+    ap.add_argument("--csv", default="ground_truth_substeps.csv")
+    a = ap.parse_args(argv)
+    root = Path(recast.__file__).resolve().parents[1]
+    batches = {"s4_seed0": RolloutEnds.load(root / a.coarse / "seed_0.pt"),
+               "s4_seed1": RolloutEnds.load(root / a.coarse / "seed_1.pt"),
+               "s8_seed0": RolloutEnds.load(root / a.fine / "seed_0.pt")}
+    fine, coarse = batches["s8_seed0"], batches["s4_seed0"]
+    if fine.meta["substeps"] <= coarse.meta["substeps"] or fine.meta["seed"] != coarse.meta["seed"] or \
+            fine.prompts != coarse.prompts:
+        raise SystemExit(f"{a.fine} must hold the same prompts and seed as {a.coarse} with more substeps: "
+                         f"{fine.meta} against {coarse.meta}")
+    ref = json.loads((root / a.tweedie).read_text())
+    tweedie = dict(zip(ref["tweedie"]["reward_names"], torch.tensor(ref["tweedie"]["gains"])))
+    names = list(setting_rewards("compose", "quality"))
+    rewards = [(n, get(n)(torch.device("cpu"))) for n in names]
+    rewards += [(f"verdict:{v}", verdict_reward(v)) for v in ("not_blur", "not_speckle")]
+    rows = []
+    print("| reward | centre of mass: 4 substeps seed 0 / seed 1 / 8 substeps seed 0 | 8 − 4 | seed 1 − seed 0 | "
+          "ρ gains, 8 vs 4 | ρ, seed 1 vs seed 0 | tweedie ρ vs 4 substeps seed 0 / seed 1 / 8 substeps seed 0 |")
+    print("|---|---|---|---|---|---|---|")
+    for name, fn in rewards:
+        prof = {b: ends_profile(e, fn) for b, e in batches.items()}
+        row = {"reward": name}
+        for b, p in prof.items():
+            row |= {f"com_{b}": float(p["com"][0]), f"com_lo_{b}": float(p["com_lo"][0]),
+                    f"com_hi_{b}": float(p["com_hi"][0])}
+        g = {b: p["gains"][0] for b, p in prof.items()}
+        row |= {"d_com_substeps": row["com_s8_seed0"] - row["com_s4_seed0"],
+                "d_com_seed": row["com_s4_seed1"] - row["com_s4_seed0"],
+                "rho_substeps": spearman(g["s8_seed0"], g["s4_seed0"]),
+                "rho_seed": spearman(g["s4_seed1"], g["s4_seed0"]),
+                **{f"rho_tweedie_{b}": spearman(tweedie[name], g[b]) if name in tweedie else float("nan")
+                   for b in batches}}
+        rows.append(row)
+        print(f"| {name} | {row['com_s4_seed0']:.2f} / {row['com_s4_seed1']:.2f} / {row['com_s8_seed0']:.2f} | "
+              f"{row['d_com_substeps']:+.2f} | {row['d_com_seed']:+.2f} | {row['rho_substeps']:+.2f} | "
+              f"{row['rho_seed']:+.2f} | {row['rho_tweedie_s4_seed0']:+.2f} / {row['rho_tweedie_s4_seed1']:+.2f} / "
+              f"{row['rho_tweedie_s8_seed0']:+.2f} |", flush=True)
+    write_csv(results_dir() / a.csv, rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
