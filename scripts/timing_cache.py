@@ -3,7 +3,8 @@
     python scripts/timing_cache.py record --seed 0            # ~8 min (2 cores): runs/ends/seed_0.pt, 256 x 8
     python scripts/timing_cache.py record --seed 1            # figure 02's second batch
     python scripts/timing_cache.py record --shift 1 --dir runs/ends_shift1   # the grid without the time shift
-    python scripts/timing_cache.py score digit color --dir runs/ends_shift1 --seeds 0 --csv timing_shift1.csv
+    python scripts/timing_cache.py score digit color position_flat size_half_max sharpness speck_free contrast \
+        realism verdict:not_blur verdict:not_speckle --dir runs/ends_shift1 --seeds 0 --csv timing_shift1.csv
     python scripts/timing_cache.py score sharpness speck_free verdict:not_blur
     python scripts/timing_cache.py score sharpness --module my_rewards   # my_rewards.sharpness(images, prompts)
     python scripts/timing_cache.py score sharpness sharpness_steep speck_free speck_free_abs verdict:not_blur \
