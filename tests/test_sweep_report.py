@@ -178,3 +178,12 @@ def test_readme_prints_the_committed_256_sample_rescore_verbatim():
 
     root = Path(__file__).resolve().parents[1]
     assert rescore_report(root / "data" / "results", "judge_eval_256") in (root / "README.md").read_text()
+
+
+def test_readme_prints_the_committed_fixed_w_control_verbatim():
+    """The README's fixed-W control on today's world is `fixed_w_report` of the committed fixed_w_glyph CSVs,
+    character for character."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert fixed_w_report(root / "data" / "results", "fixed_w_glyph") in (root / "README.md").read_text()
