@@ -244,9 +244,10 @@ def fixed_w_report(results: str | Path, name: str = "fixed_w_glyph") -> str:
     if not settings:
         raise FileNotFoundError(f"no {name}_<setting>{{,_compare,_rewards}}.csv in {results}")
 
+    shown = {"fixed": "fixed W", "recast": "ReCAST"}
+
     def labelled(rows):  # one "baseline" per comparison, so the sweep's tables group by it
-        return [{**r, "baseline": f"{r['method']} − {r['baseline']}".replace("fixed", "fixed W")
-                 .replace("recast", "ReCAST")} for r in rows]
+        return [{**r, "baseline": " − ".join(shown.get(r[k], r[k]) for k in ("method", "baseline"))} for r in rows]
 
     out = []
     for s in settings:

@@ -52,12 +52,10 @@ GUARDS: tuple[tuple[str, float | None, float, float | None], ...] = (
 def guarded(hinge: float | None, peak_floor: float, texture: float | None = None):
     """The guarded steep reward ``(images, prompts) -> (B,)`` for one row of `GUARDS`
     (`recast.digits.rewards.steep.steep_score`, times the texture gate when ``texture`` is given)."""
-    from functools import partial
-
     from recast.digits.rewards.digit import above_background
     from recast.digits.rewards.steep import steep_score
 
-    score = partial(steep_score, hinge=hinge, peak_floor=peak_floor)
+    score = functools.partial(steep_score, hinge=hinge, peak_floor=peak_floor)
     if texture is None:
         return score
 
