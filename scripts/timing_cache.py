@@ -3,6 +3,7 @@
     python scripts/timing_cache.py record --seed 0            # ~8 min (2 cores): runs/ends/seed_0.pt, 256 x 8
     python scripts/timing_cache.py record --seed 1            # figure 02's second batch
     python scripts/timing_cache.py record --shift 1 --dir runs/ends_shift1   # the grid without the time shift
+    python scripts/timing_cache.py record --sigmas 1,0.8,0.68,0.62,0.6,0.54,0 --dir runs/ends_feasible  # any grid
     python scripts/timing_cache.py score digit color position_flat size_half_max sharpness speck_free contrast \
         realism verdict:not_blur verdict:not_speckle --dir runs/ends_shift1 --seeds 0 --csv timing_shift1.csv
     python scripts/timing_cache.py score sharpness speck_free verdict:not_blur
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rec.add_argument("--num-rollouts", type=int, default=8)
     rec.add_argument("--substeps", type=int, default=4)
     rec.add_argument("--shift", type=float, default=3.0, help="the grid's time shift (the presets' is 3)")
+    rec.add_argument("--sigmas", help="another grid instead of the shifted one: comma-separated, from 1 down to 0")
     rec.add_argument("--threads", type=int, default=2)
     sc = sub.add_parser("score", help="score rewards on stored ends")
     sc.add_argument("names", nargs="+")
@@ -69,8 +71,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         world = load_world(f"digits:{root / 'data/digit_base'}")
         pool = prompt_set("train")
         prompts = pool[:: max(1, len(pool) // a.num_prompts)][:a.num_prompts]
+        sigmas = None if a.sigmas is None else [float(x) for x in a.sigmas.split(",")]
         ends = record_ends(world, prompts, num_rollouts=a.num_rollouts, substeps=a.substeps, shift=a.shift,
-                           seed=a.seed)
+                           seed=a.seed, num_steps=6 if sigmas is None else len(sigmas) - 1, sigmas=sigmas)
         print(ends.save(folder / f"seed_{a.seed}.pt"))
         return []
     batches = {int(s): RolloutEnds.load(folder / f"seed_{int(s)}.pt") for s in a.seeds.split(",")}

@@ -49,9 +49,27 @@ def test_stored_ends_reproduce_the_ground_truth_exactly(world, prompts, tmp_path
     assert torch.isnan(one["com_lo"]).all() and one["D_boot"] is None
 
 
+def test_an_explicit_grid_is_the_shifted_one_when_equal_and_any_other_when_not(world, prompts):
+    """``sigmas`` equal to the presets' grid draws the same ends bit for bit; another grid is the one recorded."""
+    from recast.sampling import sigma_schedule
+
+    kw = dict(num_rollouts=2, substeps=1, bootstrap=0, seed=1)
+    small = prompts[:4]
+    ref = record_ends(world, small, num_steps=3, **kw)
+    same = record_ends(world, small, sigmas=sigma_schedule(3, 3.0), **kw)
+    assert torch.equal(same.ends, ref.ends) and torch.equal(same.clean, ref.clean)
+    assert torch.equal(same.sigmas, ref.sigmas) and same.meta["sigmas"] == ref.sigmas.tolist()
+    other = record_ends(world, small, sigmas=[1.0, 0.7, 0.6, 0.0], **kw)
+    torch.testing.assert_close(other.sigmas, torch.tensor([1.0, 0.7, 0.6, 0.0]))
+    assert other.ends.shape == ref.ends.shape and not torch.equal(other.ends, ref.ends)
+
+
 def test_record_ends_and_load_reject_bad_input(world, prompts, tmp_path):
     with pytest.raises(ValueError, match="num_rollouts"):
         record_ends(world, prompts, num_rollouts=1)
+    for bad in ([1.0, 0.5], [0.9, 0.5, 0.0], [1.0, 0.5, 0.6, 0.0], [1.0]):
+        with pytest.raises(ValueError, match="strictly decreasing"):
+            record_ends(world, prompts, sigmas=bad)
     with pytest.raises(FileNotFoundError, match="record them"):
         RolloutEnds.load(tmp_path / "missing.pt")
 

@@ -72,13 +72,14 @@ class RolloutEnds:
 
 @torch.no_grad()
 def record_ends(world, prompts: Sequence[str], *, num_steps: int = 6, shift: float = 3.0, num_rollouts: int = 8,
-                substeps: int = 4, bootstrap: int = 200, seed: int = 0) -> RolloutEnds:
+                substeps: int = 4, bootstrap: int = 200, seed: int = 0, sigmas=None) -> RolloutEnds:
     """Draw the ground truth's samples as `estimate_profiles` does with these arguments, and keep the images.
 
     Args:
         world: the model (its `reward` is wrapped for the duration of the call and restored after).
         prompts: N prompts (at least 4), one sample each.
-        num_steps, shift, num_rollouts, substeps, seed: as in `estimate_profiles`.
+        num_steps, shift, num_rollouts, substeps, seed, sigmas: as in `estimate_profiles` (``sigmas``, when given,
+            is the grid instead of num_steps and shift).
         bootstrap: as in the figure being reproduced (only whether it is > 0 changes the generator's stream).
 
     Returns:
@@ -87,10 +88,12 @@ def record_ends(world, prompts: Sequence[str], *, num_steps: int = 6, shift: flo
     Raises:
         ValueError: num_rollouts < 2 (the ground truth's Monte-Carlo debiasing needs two ends per state).
     """
-    from recast.informativeness.probe import estimate_profiles
+    from recast.informativeness.probe import estimate_profiles, grid_sigmas
 
     if num_rollouts < 2:
         raise ValueError(f"num_rollouts must be >= 2, got {num_rollouts}")
+    grid = grid_sigmas(num_steps, shift, sigmas)
+    num_steps = len(grid) - 1
     calls: list[torch.Tensor] = []
 
     def recorder(images: torch.Tensor, _prompts: list[str]) -> torch.Tensor:
@@ -102,7 +105,8 @@ def record_ends(world, prompts: Sequence[str], *, num_steps: int = 6, shift: flo
     world.reward = lambda name, device: recorder if name == _RECORD else reward(name, device)
     try:
         out = estimate_profiles(world, [_RECORD], list(prompts), num_steps=num_steps, shift=shift,
-                                num_rollouts=num_rollouts, substeps=substeps, bootstrap=bootstrap, seed=seed)
+                                num_rollouts=num_rollouts, substeps=substeps, bootstrap=bootstrap, seed=seed,
+                                sigmas=sigmas)
     finally:
         if own is None:
             del world.reward
@@ -115,6 +119,8 @@ def record_ends(world, prompts: Sequence[str], *, num_steps: int = 6, shift: flo
         raise RuntimeError("estimate_profiles no longer scores its samples in the order record_ends expects")
     ends_t = torch.stack([e.reshape(num_rollouts, N, *e.shape[1:]) for e in ends]) if ends else clean[None, None]
     meta = {"seed": seed, "num_rollouts": num_rollouts, "substeps": substeps, "shift": shift, "bootstrap": bootstrap}
+    if sigmas is not None:
+        meta["sigmas"] = [float(x) for x in grid]
     return RolloutEnds(out["rollout"].sigmas.clone(), tuple(prompts), clean, ends_t, meta)
 
 

@@ -189,14 +189,30 @@ class ModelBatch:
 
 
 @torch.no_grad()
+def grid_sigmas(num_steps: int, shift: float, sigmas=None) -> torch.Tensor:
+    """The grid the estimators run on: `sigma_schedule(num_steps, shift)`, or ``sigmas`` given explicitly.
+
+    Raises:
+        ValueError: ``sigmas`` that do not run from 1 down to 0, strictly decreasing.
+    """
+    if sigmas is None:
+        return sigma_schedule(num_steps, shift)
+    s = torch.as_tensor(sigmas, dtype=torch.float32).flatten()
+    if s.numel() < 2 or float(s[0]) != 1.0 or float(s[-1]) != 0.0 or not bool((s.diff() < 0).all()):
+        raise ValueError(f"sigmas must run from 1 down to 0, strictly decreasing, got {s.tolist()}")
+    return s
+
+
 def model_batch(world, reward_names: Sequence[str], prompts: Sequence[str], *, num_steps: int = 6, shift: float = 3.0,
-                substeps: int = 4, adv_clip_max: float = 5.0, std_floor: float = 1e-2, seed: int = 0) -> ModelBatch:
+                substeps: int = 4, adv_clip_max: float = 5.0, std_floor: float = 1e-2, seed: int = 0,
+                sigmas=None) -> ModelBatch:
     """Clean samples x_0 of the world on ``prompts`` by the ancestral sampler on the fine sub-grid, their rewards and
-    the p map, seeded by ``seed`` (what `estimate_profiles` gives every estimator)."""
+    the p map, seeded by ``seed`` (what `estimate_profiles` gives every estimator). ``sigmas``, when given, is the
+    grid instead of `sigma_schedule(num_steps, shift)`."""
+    sigmas = grid_sigmas(num_steps, shift, sigmas)
     device = next(world.transformer.parameters()).device
     reward = stack_rewards([world.reward(n, device) for n in reward_names])
     gen = torch.Generator().manual_seed(seed)
-    sigmas = sigma_schedule(num_steps, shift)
     embeds = world.encode_prompts(list(prompts))
     noise = torch.randn((len(prompts), *world.sample_shape), generator=gen).to(device)
     x0 = sample_ancestral(world.transformer, embeds, noise, fine_grid(sigmas, 0, substeps), gen)
@@ -224,7 +240,7 @@ def estimate_profiles(world, reward_names: Sequence[str], prompts: Sequence[str]
                       estimators: Sequence[str] = ESTIMATORS, lam: Sequence[float] = (), num_steps: int = 6,
                       shift: float = 3.0, num_rollouts: int = 8, substeps: int = 4, alpha: float = 2.0,
                       temperature: float = 1.0, adv_clip_max: float = 5.0, std_floor: float = 1e-2,
-                      bootstrap: int = 200, seed: int = 0) -> dict[str, Profile]:
+                      bootstrap: int = 200, seed: int = 0, sigmas=None) -> dict[str, Profile]:
     """D_k(σ), bands, gains and W of each reward from each named estimator, on one shared batch of model samples.
 
     Args:
@@ -234,6 +250,7 @@ def estimate_profiles(world, reward_names: Sequence[str], prompts: Sequence[str]
         estimators: any of "tweedie", "rollout".
         lam: budgets (K,), default equal (normalised to sum 1).
         num_steps, shift: the grid (`sigma_schedule`): the columns of W.
+        sigmas: another grid, 1 > … > 0, instead of num_steps and shift (to measure timing on a candidate grid).
         num_rollouts, substeps: M continuations per state; ancestral steps per grid step (also for drawing x_0).
         alpha, temperature: Rényi order; solver temperature τ.
         adv_clip_max, std_floor: the trainer's p map (RECAST.md §3).
@@ -257,7 +274,8 @@ def estimate_profiles(world, reward_names: Sequence[str], prompts: Sequence[str]
         raise ValueError(f"lam must be {K} budgets >= 0 with a positive sum, got {list(lam)}")
     lam_t = lam_t / lam_t.sum()
     b = model_batch(world, reward_names, prompts, num_steps=num_steps, shift=shift, substeps=substeps,
-                    adv_clip_max=adv_clip_max, std_floor=std_floor, seed=seed)
+                    adv_clip_max=adv_clip_max, std_floor=std_floor, seed=seed, sigmas=sigmas)
+    num_steps = len(b.sigmas) - 1
     out = {}
     if "tweedie" in estimators:
         D, D_boot = tweedie_estimate(world, b.embeds, prompts, b.x0, b.sigmas, b.reward, b.to_p, alpha=alpha,
