@@ -305,3 +305,45 @@ def test_committed_shift_1_grid_moves_every_reward_earlier_together():
     assert all(com1[k] < com3[k] for k in com3)
     for com in (com1, com3):
         assert max(com[k] for k in com3) - min(com[k] for k in com3) < 2.0
+
+
+def test_committed_grid_design_probe_only_a_degenerate_grid_meets_the_thirds():
+    """`scripts/grid_design_probe.py` (README "The grid round"): with the ground truth's curves pooled from the three
+    stored batches, the centre of mass on any 6-step grid is a sum over its interior points. The search reproduces
+    from the committed curve; the presets' grids meet no outer third; every grid on the lattice that meets all five
+    designed thirds crowds its interior points into the middle noise levels and ends with one step of at least 0.5
+    to σ = 0; and on such a grid the base model's samples lose the speckle the late reward is meant to find while
+    blur and fade leave their bands."""
+    import json
+
+    import numpy as np
+
+    from recast.informativeness.timing import feasible_grids, gap_needed, third_bounds
+
+    d = json.loads((Path(__file__).resolve().parents[1] / "data/results/grid_design.json").read_text())
+    names = list(d["F"])
+    sig, F = np.array(d["sigma"]), np.array([d["F"][n] for n in names])
+    b = third_bounds(6)
+    bounds = {names.index(n): tuple(b[t]) for n, t in d["design"].items()}
+    lattice = np.round(np.arange(d["lattice_step"], 1.0 - d["lattice_step"] / 2, d["lattice_step"]), 6)
+    grids = feasible_grids(sig, F, lattice, 6, bounds)
+    assert len(grids) == d["feasible_linear"]["count"] > 0
+    assert grids[:, -1].min() >= 0.5 and grids[:, 0].max() <= 0.85
+    assert d["gap_needed"] == pytest.approx(gap_needed(6)) and d["gap_color_speck_free"]["max"] > gap_needed(6)
+    assert d["bootstrap"]["lowest_last_sigma_5_50_95"][0] >= 0.45
+    rows = {r["name"]: r for r in d["grids"]}
+    presets = rows["presets (SD3, shift 3)"]
+    feasible = rows["feasible, lowest last point"]
+    assert not presets["meets_thirds"] and not rows["presets (SD3, shift 1)"]["meets_thirds"]
+    assert feasible["meets_thirds"]
+    assert feasible["samples"]["defect_speckle"] < 0.2 <= presets["samples"]["defect_speckle"]
+    for defect in ("defect_blur", "defect_fade"):
+        assert feasible["samples"][defect] > max(0.6, presets["samples"][defect])
+    # the prediction checked on that grid's own ground truth (its own samples, 4 substeps)
+    m = feasible["measured"]
+    assert m["meta"]["sigmas"] == pytest.approx(feasible["sigmas"], abs=1e-4)
+    for name, third in d["design"].items():
+        assert m["com"][name] == pytest.approx(feasible["com"][name], abs=0.25), name
+        lo, hi = b[third]
+        assert m["com_lo"][name] <= hi and m["com_hi"][name] >= lo, name  # its band reaches the designed third
+    assert max(m["com"]["color"], m["com"]["position_flat"]) <= 1.5 and m["com"]["speck_free"] >= 3.5
