@@ -11,13 +11,15 @@ on any grid the centre of mass is Σ_j (1 − F_k(σ_j)) over the interior point
 the normalised ground-truth curves F_k = D_k / D_k(0), pooled from the three stored batches (shift 3 seeds 0 and 1,
 shift 1 seed 0: 4 substeps, 256 prompts × 8 continuations each), give the centre of mass on any grid:
 
+- the noise level by which each reward has 10, 50 and 90 % of its D(0), a timing that needs no grid;
 - the largest gap F_early − F_late over σ, against the T / (3 (T − 1)) = 0.4 that any 6-step grid needs;
 - every grid with 5 distinct interior points on the lattice 0.02, 0.04, …, 0.98 (1.9 million) that meets all five
   bounds, with the curve interpolated in σ (``linear``) or bracketed by monotonicity (``bracket``: kept if any
   non-increasing curve through the measured points meets them, so a grid left out is ruled out by the points alone);
 - the same search on 100 bootstrap replicates of the curves (the states resampled in each batch);
-- what the base model's samples look like on the presets' grids and on a feasible one (256 test prompts, ODE,
-  seed 0): the judges and the defect rates that the rewards are meant to find;
+- what the base model's samples look like on the presets' grids and on the corners of the feasible set (its lowest
+  and highest last and first interior points; 256 test prompts, ODE, seed 0): the judges and the defect rates that
+  the rewards are meant to find;
 - the prediction checked: the ground truth recorded on that feasible grid itself (``--measured``, by
   ``timing_cache.py record --sigmas 1,0.8,0.68,0.62,0.6,0.54,0 --dir runs/ends_feasible``, 20 min with the CPU
   shared), whose samples come from that grid and are not the pooled batches'.
@@ -74,7 +76,6 @@ def main(argv: list[str] | None = None) -> dict:
     from recast.informativeness.ends import RolloutEnds, ends_profile
     from recast.informativeness.timing import (
         centre_of_mass_on_grid,
-        curve_at,
         feasible_grids,
         gap_needed,
         pool_curves,
@@ -102,31 +103,34 @@ def main(argv: list[str] | None = None) -> dict:
     for label, path in BATCHES.items():
         ends = RolloutEnds.load(root / path)
         profiles[label] = (ends.sigmas.double(), ends_profile(ends, reward_fn, bootstrap=max(a.bootstrap, 1)))
-    sig, F = pool_curves([(s, p["D"]) for s, p in profiles.values()])
+    curve = pool_curves([(s, p["D"]) for s, p in profiles.values()])
     bounds_by_third = third_bounds(T)
     bounds = {names.index(n): bounds_by_third[third] for n, third in DESIGN.items()}
     lattice = np.round(np.arange(step, 1.0 - step / 2, step), 6)
     early = [names.index(n) for n, t in DESIGN.items() if t == "early"]
     late = [names.index(n) for n, t in DESIGN.items() if t == "late"]
     fine = np.round(np.linspace(1.0, 0.0, 501), 6)
-    Ff = curve_at(sig, F, fine)
+    Ff = curve.at(fine)
     gap_pair = Ff[names.index("color")] - Ff[names.index("speck_free")]
     gap_all = Ff[early].min(0) - Ff[late].max(0)
-    out = {"sigma": sig.tolist(), "F": {n: F[k].tolist() for k, n in enumerate(names)},
+    out = {"sigma": curve.sigma.tolist(), "F": {n: curve.F[k].tolist() for k, n in enumerate(names)},
            "design": DESIGN, "bounds": {n: bounds_by_third[t] for n, t in DESIGN.items()}, "num_steps": T,
            "lattice_step": step, "grids_searched": math.comb(lattice.size, T - 1), "gap_needed": gap_needed(T),
            "gap_color_speck_free": {"max": float(gap_pair.max()), "at_sigma": float(fine[gap_pair.argmax()])},
-           "gap_early_late": {"max": float(gap_all.max()), "at_sigma": float(fine[gap_all.argmax()])}}
+           "gap_early_late": {"max": float(gap_all.max()), "at_sigma": float(fine[gap_all.argmax()])},
+           # grid-free timing: the noise level by which each reward has 10 / 50 / 90 % of its D(0)
+           "sigma_decided": {n: {str(q): float(fine[np.argmax(Ff[k] >= q)]) for q in (0.1, 0.5, 0.9)}
+                             for k, n in enumerate(names)}}
     found = {}
     for mode in ("linear", "bracket"):
-        grids = feasible_grids(sig, F, lattice, T, bounds, mode=mode)
+        grids = feasible_grids(curve, lattice, T, bounds, mode=mode)
         found[mode] = grids
         out[f"feasible_{mode}"] = _feasible_summary(grids)
     # the bootstrap: the same search on curves pooled from each batch's resampled states
     boot = []
     for r in range(a.bootstrap):
-        s_r, F_r = pool_curves([(s, p["D_boot"][r]) for s, p in profiles.values()])
-        boot.append(_feasible_summary(feasible_grids(s_r, F_r, lattice, T, bounds, mode="linear")))
+        curve_r = pool_curves([(s, p["D_boot"][r]) for s, p in profiles.values()])
+        boot.append(_feasible_summary(feasible_grids(curve_r, lattice, T, bounds, mode="linear")))
     if boot:
         with_any = [b for b in boot if b["count"] > 0]
         lasts = np.array([b["last_sigma"][0] for b in with_any]) if with_any else np.array([np.nan])
@@ -138,16 +142,18 @@ def main(argv: list[str] | None = None) -> dict:
     grids = {"presets (SD3, shift 3)": sigma_schedule(T, 3.0).double().numpy(),
              "presets (SD3, shift 1)": sigma_schedule(T, 1.0).double().numpy()}
     lin = found["linear"]
-    if len(lin):
-        lowest = lin[np.argmin(lin[:, -1])]
-        widest = lin[np.argmax(lin[:, 0] - lin[:, -1])]
-        grids["feasible, lowest last point"] = np.concatenate([[1.0], lowest, [0.0]])
-        if not np.allclose(widest, lowest):
-            grids["feasible, widest span"] = np.concatenate([[1.0], widest, [0.0]])
+    if len(lin):  # the corners of the feasible set: its lowest and highest last and first interior points
+        picks = {"lowest last point": np.argmin(lin[:, -1]), "highest last point": np.argmax(lin[:, -1]),
+                 "lowest first point": np.argmin(lin[:, 0]), "highest first point": np.argmax(lin[:, 0])}
+        seen = []
+        for label, i in picks.items():
+            if not any(np.allclose(lin[i], g) for g in seen):
+                seen.append(lin[i])
+                grids[f"feasible, {label}"] = np.concatenate([[1.0], lin[i], [0.0]])
     world = load_world(root / "data/digit_base")
     out["grids"] = []
     for label, s in grids.items():
-        com = centre_of_mass_on_grid(curve_at(sig, F, s[1:-1]))
+        com = centre_of_mass_on_grid(curve.at(s[1:-1]))
         row = {"name": label, "sigmas": [round(float(x), 4) for x in s],
                "com": {n: float(com[k]) for k, n in enumerate(names)},
                "meets_thirds": bool(all(lo - 1e-9 <= com[k] <= hi + 1e-9 for k, (lo, hi) in bounds.items())),
@@ -172,6 +178,8 @@ def main(argv: list[str] | None = None) -> dict:
     path = results_dir() / a.json
     path.write_text(json.dumps(out, indent=1) + "\n")
 
+    print("σ by which 10 / 50 / 90 % of D(0) is reached: " + "; ".join(
+        f"{n} {v['0.1']:.2f} / {v['0.5']:.2f} / {v['0.9']:.2f}" for n, v in out["sigma_decided"].items()))
     print(f"largest F_color − F_speck_free: {out['gap_color_speck_free']['max']:.3f} at σ = "
           f"{out['gap_color_speck_free']['at_sigma']:.3f}; min over early − max over late: "
           f"{out['gap_early_late']['max']:.3f} at σ = {out['gap_early_late']['at_sigma']:.3f}; a 6-step grid needs "

@@ -8,6 +8,7 @@ import torch
 
 from recast.informativeness import gains_centre_of_mass, telescoping_gains
 from recast.informativeness.timing import (
+    TimingCurve,
     centre_of_mass_on_grid,
     curve_at,
     feasible_grids,
@@ -44,10 +45,10 @@ def test_normalised_curve_runs_from_zero_to_one_and_marks_rows_without_informati
 def test_a_linear_curve_puts_the_centre_of_mass_at_the_sum_of_the_interior_sigmas():
     """F(σ) = 1 − σ: com = Σ σ_j; on the uniform grid that is (T − 1) / 2, the middle column."""
     s = np.linspace(1.0, 0.0, 11)
-    sig, F = pool_curves([(s, torch.from_numpy(1.0 - s)[None])])
+    curve = pool_curves([(s, torch.from_numpy(1.0 - s)[None])])
     for T in (3, 6, 10):
         interior = np.linspace(1.0, 0.0, T + 1)[1:-1]
-        com = centre_of_mass_on_grid(curve_at(sig, F, interior))
+        com = centre_of_mass_on_grid(curve.at(interior))
         assert com[0] == pytest.approx(interior.sum()) == pytest.approx((T - 1) / 2)
 
 
@@ -56,12 +57,13 @@ def test_pooling_merges_shared_sigmas_orders_noisy_to_clean_and_stays_monotone()
     D1 = torch.tensor([[0.0, 0.1, 0.3, 0.5, 0.9, 1.0, 1.0]], dtype=torch.float64)
     D2 = torch.tensor([[0.0, 0.3, 0.2, 0.6, 1.0, 1.0, 2.0]], dtype=torch.float64)  # same grid, another batch
     s1 = sigma_schedule(6, 1.0).double()
-    sig, F = pool_curves([(s, D1), (s, D2), (s1, D1)])
+    c = pool_curves([(s, D1), (s, D2), (s1, D1)])
+    sig, F = c.sigma, c.F
     assert sig[0] == 1.0 and sig[-1] == 0.0 and (np.diff(sig) < 0).all() and sig.size == 2 + 5 + 5
     assert F[0, 0] == 0.0 and F[0, -1] == 1.0 and (np.diff(F[0]) >= 0).all()
-    sig2, F2 = pool_curves([(s, D1), (s, D2)])  # D2 normalised after PAV: [0, .125, .125, .3, .5, .5, 1]
-    np.testing.assert_allclose(sig2, s.numpy())
-    np.testing.assert_allclose(F2[0], [0.0, 0.1125, 0.2125, 0.4, 0.7, 0.75, 1.0])
+    c2 = pool_curves([(s, D1), (s, D2)])  # D2 normalised after PAV: [0, .125, .125, .3, .5, .5, 1]
+    np.testing.assert_allclose(c2.sigma, s.numpy())
+    np.testing.assert_allclose(c2.F[0], [0.0, 0.1125, 0.2125, 0.4, 0.7, 0.75, 1.0])
     # the shift-1 points interleave and break monotonicity (0.2125 at σ = 0.82, 0.1 at 0.80): PAV pools them
     assert F[0, 2] == F[0, 3] == pytest.approx((0.2125 + 0.1) / 2)
 
@@ -107,7 +109,7 @@ def test_a_step_early_and_a_step_late_meet_the_thirds_on_the_uniform_grid():
     F[:, 0], F[:, -1] = 0.0, 1.0
     b = third_bounds(6)
     lattice = np.round(np.arange(1, 12) / 12, 6)
-    grids = feasible_grids(sig, F, lattice, 6, {0: b["early"], 1: b["late"]})
+    grids = feasible_grids(TimingCurve(sig, F), lattice, 6, {0: b["early"], 1: b["late"]})
     uniform = np.linspace(1.0, 0.0, 7)[1:-1]
     assert any(np.allclose(g, uniform) for g in grids)
     assert ((grids > 0.7).sum(1) <= 1).all() and ((grids > 0.3).sum(1) >= 4).all()
@@ -116,7 +118,7 @@ def test_a_step_early_and_a_step_late_meet_the_thirds_on_the_uniform_grid():
     count = math.comb(5, 4) * 3 + 1 + 3 * (math.comb(5, 3) * 3 + math.comb(5, 4))
     assert len(grids) == count == 121
     same = np.stack([F[0], F[0]])
-    assert feasible_grids(sig, same, lattice, 6, {0: b["early"], 1: b["late"]}).shape == (0, 5)
+    assert feasible_grids(TimingCurve(sig, same), lattice, 6, {0: b["early"], 1: b["late"]}).shape == (0, 5)
 
 
 def test_the_bracket_keeps_every_grid_the_interpolation_keeps_and_rules_out_only_what_the_points_rule_out():
@@ -124,8 +126,9 @@ def test_the_bracket_keeps_every_grid_the_interpolation_keeps_and_rules_out_only
     F = np.array([[0.0, 0.2, 0.7, 0.95, 1.0, 1.0, 1.0], [0.0, 0.0, 0.05, 0.15, 0.4, 0.8, 1.0]])
     b = third_bounds(6)
     lattice = np.round(np.arange(1, 20) / 20, 6)
-    lin = {tuple(g) for g in feasible_grids(sig, F, lattice, 6, {0: b["early"], 1: b["late"]})}
-    br = {tuple(g) for g in feasible_grids(sig, F, lattice, 6, {0: b["early"], 1: b["late"]}, mode="bracket")}
+    c = TimingCurve(sig, F)
+    lin = {tuple(g) for g in feasible_grids(c, lattice, 6, {0: b["early"], 1: b["late"]})}
+    br = {tuple(g) for g in feasible_grids(c, lattice, 6, {0: b["early"], 1: b["late"]}, mode="bracket")}
     assert lin <= br and len(br) > len(lin)
     # a grid with all five points at σ ≤ 0.3 leaves the late row nothing undecided: com ≤ 5 (1 − 0.8) = 1 < 3.5
     assert not any(max(g) <= 0.3 for g in br)
@@ -144,4 +147,4 @@ def test_feasible_grids_rejects_bad_input_before_searching(kw):
     F = np.array([[0.0, 0.5, 1.0], [0.0, 0.2, 1.0]])
     args = {"lattice": [0.9, 0.7, 0.5, 0.3, 0.1], "bounds": {0: (0.0, 1.5)}, "mode": "linear"} | kw
     with pytest.raises(ValueError):
-        feasible_grids(sig, F, args["lattice"], 6, args["bounds"], mode=args["mode"])
+        feasible_grids(TimingCurve(sig, F), args["lattice"], 6, args["bounds"], mode=args["mode"])

@@ -24,11 +24,13 @@ import functools
 import itertools
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 __all__ = [
+    "TimingCurve",
     "normalised_curve",
     "pool_curves",
     "curve_at",
@@ -58,16 +60,33 @@ def normalised_curve(D) -> torch.Tensor:
     return torch.where(end > 0, fit / torch.where(end > 0, end, torch.ones(())), torch.full_like(fit, math.nan))
 
 
-def pool_curves(profiles: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class TimingCurve:
+    """Normalised discriminability curves of K rewards at P measured noise levels (`pool_curves`).
+
+    Attributes:
+        sigma: (P,) float64 from 1 down to 0.
+        F: (K, P) float64, each row non-decreasing from 0 (σ = 1) to 1 (σ = 0).
+    """
+
+    sigma: np.ndarray
+    F: np.ndarray
+
+    def at(self, sigma, mode: str = "linear") -> np.ndarray:
+        """`curve_at` on this curve: (K, G)."""
+        return curve_at(self.sigma, self.F, sigma, mode)
+
+
+def pool_curves(profiles: Sequence[tuple]) -> TimingCurve:
     """One normalised curve per reward from profiles measured on several grids (several batches or shifts).
 
     Args:
         profiles: (sigmas (T + 1,), D (K, T + 1)) pairs; the K rows are the same rewards in every profile.
 
     Returns:
-        (sigma (P,), F (K, P)) float64: every profile's interior points and the two ends σ = 1 (F = 0) and
-        σ = 0 (F = 1), sorted from noisy to clean (profiles that share a σ are averaged there), each row then
-        projected onto non-decreasing sequences (equal weights).
+        TimingCurve: every profile's interior points and the two ends σ = 1 (F = 0) and σ = 0 (F = 1), sorted from
+        noisy to clean (profiles that share a σ are averaged there), each row then projected onto non-decreasing
+        sequences (equal weights).
 
     Raises:
         ValueError: no profiles, rows that disagree in number, a grid that is not 1 > … > 0, or a row without
@@ -96,7 +115,7 @@ def pool_curves(profiles: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
     F = np.concatenate([np.zeros((K, 1)), *F, np.ones((K, 1))], axis=1)
     levels, inverse = np.unique(-sig, return_inverse=True)  # noisy to clean; one point per distinct σ
     merged = np.stack([F[:, inverse == i].mean(1) for i in range(levels.size)], axis=1)
-    return -levels, pav_nondecreasing(merged).numpy()
+    return TimingCurve(-levels, pav_nondecreasing(merged).numpy())
 
 
 def curve_at(sigma_pts, F, sigma, mode: str = "linear") -> np.ndarray:
@@ -168,12 +187,12 @@ def _combinations(n: int, r: int) -> np.ndarray:
     return idx
 
 
-def feasible_grids(sigma_pts, F, lattice, num_steps: int, bounds: Mapping[int, tuple[float, float]], *,
+def feasible_grids(curve: TimingCurve, lattice, num_steps: int, bounds: Mapping[int, tuple[float, float]], *,
                    mode: str = "linear") -> np.ndarray:
     """Every grid with interior points on ``lattice`` whose centres of mass meet ``bounds``.
 
     Args:
-        sigma_pts, F: the pooled curve (`pool_curves`), K rows.
+        curve: the pooled curves (`pool_curves`), K rows.
         lattice: (G,) candidate interior σ in (0, 1); a grid takes T − 1 distinct ones.
         num_steps: T.
         bounds: row index -> (lo, hi), the closed range its centre of mass must reach (`third_bounds`).
@@ -188,7 +207,7 @@ def feasible_grids(sigma_pts, F, lattice, num_steps: int, bounds: Mapping[int, t
         ValueError: a bound on a row that does not exist, lo > hi, a lattice point outside (0, 1), or more than
         5,000,000 grids to search.
     """
-    F = np.asarray(F, dtype=np.float64)
+    F = curve.F
     lat = np.unique(np.asarray(lattice, dtype=np.float64))[::-1]
     if (lat <= 0).any() or (lat >= 1).any():
         raise ValueError("lattice points must lie in (0, 1)")
@@ -204,9 +223,9 @@ def feasible_grids(sigma_pts, F, lattice, num_steps: int, bounds: Mapping[int, t
     idx = _combinations(lat.size, r)
     ok = np.ones(total, dtype=bool)
     if mode == "linear":
-        curves = {"mid": curve_at(sigma_pts, F, lat, "linear")}
+        curves = {"mid": curve.at(lat, "linear")}
     elif mode == "bracket":
-        curves = {"upper": curve_at(sigma_pts, F, lat, "upper"), "lower": curve_at(sigma_pts, F, lat, "lower")}
+        curves = {"upper": curve.at(lat, "upper"), "lower": curve.at(lat, "lower")}
     else:
         raise ValueError(f"mode must be 'linear' or 'bracket', got {mode!r}")
     for k, (lo, hi) in bounds.items():
