@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rec.add_argument("--substeps", type=int, default=4)
     rec.add_argument("--shift", type=float, default=3.0, help="the grid's time shift (the presets' is 3)")
     rec.add_argument("--sigmas", help="another grid instead of the shifted one: comma-separated, from 1 down to 0")
+    rec.add_argument("--x0-substeps", type=int, help="draw the clean batch with these substeps (default --substeps)")
     rec.add_argument("--threads", type=int, default=2)
     sc = sub.add_parser("score", help="score rewards on stored ends")
     sc.add_argument("names", nargs="+")
@@ -73,7 +74,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         prompts = pool[:: max(1, len(pool) // a.num_prompts)][:a.num_prompts]
         sigmas = None if a.sigmas is None else [float(x) for x in a.sigmas.split(",")]
         ends = record_ends(world, prompts, num_rollouts=a.num_rollouts, substeps=a.substeps, shift=a.shift,
-                           seed=a.seed, num_steps=6 if sigmas is None else len(sigmas) - 1, sigmas=sigmas)
+                           seed=a.seed, num_steps=6 if sigmas is None else len(sigmas) - 1, sigmas=sigmas,
+                           x0_substeps=a.x0_substeps)
         print(ends.save(folder / f"seed_{a.seed}.pt"))
         return []
     batches = {int(s): RolloutEnds.load(folder / f"seed_{int(s)}.pt") for s in a.seeds.split(",")}

@@ -64,6 +64,17 @@ def test_an_explicit_grid_is_the_shifted_one_when_equal_and_any_other_when_not(w
     assert other.ends.shape == ref.ends.shape and not torch.equal(other.ends, ref.ends)
 
 
+def test_x0_substeps_keeps_the_clean_batch_and_refines_only_the_continuations(world, prompts):
+    """The clean batch drawn on its own sub-grid is the coarse run's batch bit for bit; the ends are the finer ones'."""
+    kw = dict(num_steps=3, num_rollouts=2, bootstrap=0, seed=2)
+    small = prompts[:4]
+    coarse = record_ends(world, small, substeps=1, **kw)
+    mixed = record_ends(world, small, substeps=2, x0_substeps=1, **kw)
+    fine = record_ends(world, small, substeps=2, **kw)
+    assert torch.equal(mixed.clean, coarse.clean) and not torch.equal(fine.clean, coarse.clean)
+    assert not torch.equal(mixed.ends, coarse.ends) and mixed.meta["x0_substeps"] == 1 and mixed.meta["substeps"] == 2
+
+
 def test_record_ends_and_load_reject_bad_input(world, prompts, tmp_path):
     with pytest.raises(ValueError, match="num_rollouts"):
         record_ends(world, prompts, num_rollouts=1)

@@ -72,14 +72,16 @@ class RolloutEnds:
 
 @torch.no_grad()
 def record_ends(world, prompts: Sequence[str], *, num_steps: int = 6, shift: float = 3.0, num_rollouts: int = 8,
-                substeps: int = 4, bootstrap: int = 200, seed: int = 0, sigmas=None) -> RolloutEnds:
+                substeps: int = 4, bootstrap: int = 200, seed: int = 0, sigmas=None,
+                x0_substeps: int | None = None) -> RolloutEnds:
     """Draw the ground truth's samples as `estimate_profiles` does with these arguments, and keep the images.
 
     Args:
         world: the model (its `reward` is wrapped for the duration of the call and restored after).
         prompts: N prompts (at least 4), one sample each.
-        num_steps, shift, num_rollouts, substeps, seed, sigmas: as in `estimate_profiles` (``sigmas``, when given,
-            is the grid instead of num_steps and shift).
+        num_steps, shift, num_rollouts, substeps, seed, sigmas, x0_substeps: as in `estimate_profiles` (``sigmas``,
+            when given, is the grid instead of num_steps and shift; ``x0_substeps`` draws the clean batch on its own
+            sub-grid).
         bootstrap: as in the figure being reproduced (only whether it is > 0 changes the generator's stream).
 
     Returns:
@@ -106,7 +108,7 @@ def record_ends(world, prompts: Sequence[str], *, num_steps: int = 6, shift: flo
     try:
         out = estimate_profiles(world, [_RECORD], list(prompts), num_steps=num_steps, shift=shift,
                                 num_rollouts=num_rollouts, substeps=substeps, bootstrap=bootstrap, seed=seed,
-                                sigmas=sigmas)
+                                sigmas=sigmas, x0_substeps=x0_substeps)
     finally:
         if own is None:
             del world.reward
@@ -121,6 +123,8 @@ def record_ends(world, prompts: Sequence[str], *, num_steps: int = 6, shift: flo
     meta = {"seed": seed, "num_rollouts": num_rollouts, "substeps": substeps, "shift": shift, "bootstrap": bootstrap}
     if sigmas is not None:
         meta["sigmas"] = [float(x) for x in grid]
+    if x0_substeps is not None:
+        meta["x0_substeps"] = x0_substeps
     return RolloutEnds(out["rollout"].sigmas.clone(), tuple(prompts), clean, ends_t, meta)
 
 

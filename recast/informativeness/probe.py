@@ -240,7 +240,8 @@ def estimate_profiles(world, reward_names: Sequence[str], prompts: Sequence[str]
                       estimators: Sequence[str] = ESTIMATORS, lam: Sequence[float] = (), num_steps: int = 6,
                       shift: float = 3.0, num_rollouts: int = 8, substeps: int = 4, alpha: float = 2.0,
                       temperature: float = 1.0, adv_clip_max: float = 5.0, std_floor: float = 1e-2,
-                      bootstrap: int = 200, seed: int = 0, sigmas=None) -> dict[str, Profile]:
+                      bootstrap: int = 200, seed: int = 0, sigmas=None,
+                      x0_substeps: int | None = None) -> dict[str, Profile]:
     """D_k(σ), bands, gains and W of each reward from each named estimator, on one shared batch of model samples.
 
     Args:
@@ -251,6 +252,8 @@ def estimate_profiles(world, reward_names: Sequence[str], prompts: Sequence[str]
         lam: budgets (K,), default equal (normalised to sum 1).
         num_steps, shift: the grid (`sigma_schedule`): the columns of W.
         sigmas: another grid, 1 > … > 0, instead of num_steps and shift (to measure timing on a candidate grid).
+        x0_substeps: ancestral steps per grid step for drawing x_0 only (default ``substeps``): the same clean
+            batch can then be continued on a finer sub-grid, which isolates the continuations' sub-grid bias.
         num_rollouts, substeps: M continuations per state; ancestral steps per grid step (also for drawing x_0).
         alpha, temperature: Rényi order; solver temperature τ.
         adv_clip_max, std_floor: the trainer's p map (RECAST.md §3).
@@ -273,8 +276,9 @@ def estimate_profiles(world, reward_names: Sequence[str], prompts: Sequence[str]
     if lam_t.shape != (K,) or (lam_t < 0).any() or lam_t.sum() <= 0:
         raise ValueError(f"lam must be {K} budgets >= 0 with a positive sum, got {list(lam)}")
     lam_t = lam_t / lam_t.sum()
-    b = model_batch(world, reward_names, prompts, num_steps=num_steps, shift=shift, substeps=substeps,
-                    adv_clip_max=adv_clip_max, std_floor=std_floor, seed=seed, sigmas=sigmas)
+    b = model_batch(world, reward_names, prompts, num_steps=num_steps, shift=shift,
+                    substeps=substeps if x0_substeps is None else x0_substeps, adv_clip_max=adv_clip_max,
+                    std_floor=std_floor, seed=seed, sigmas=sigmas)
     num_steps = len(b.sigmas) - 1
     out = {}
     if "tweedie" in estimators:
