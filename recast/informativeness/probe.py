@@ -188,7 +188,6 @@ class ModelBatch:
     generator: torch.Generator  # continues after x0 was drawn: the estimators draw their noise from it
 
 
-@torch.no_grad()
 def grid_sigmas(num_steps: int, shift: float, sigmas=None) -> torch.Tensor:
     """The grid the estimators run on: `sigma_schedule(num_steps, shift)`, or ``sigmas`` given explicitly.
 
@@ -203,6 +202,7 @@ def grid_sigmas(num_steps: int, shift: float, sigmas=None) -> torch.Tensor:
     return s
 
 
+@torch.no_grad()
 def model_batch(world, reward_names: Sequence[str], prompts: Sequence[str], *, num_steps: int = 6, shift: float = 3.0,
                 substeps: int = 4, adv_clip_max: float = 5.0, std_floor: float = 1e-2, seed: int = 0,
                 sigmas=None) -> ModelBatch:
