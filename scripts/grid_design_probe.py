@@ -151,14 +151,16 @@ def main(argv: list[str] | None = None) -> dict:
                 seen.append(lin[i])
                 grids[f"feasible, {label}"] = np.concatenate([[1.0], lin[i], [0.0]])
     world = load_world(root / "data/digit_base")
-    out["grids"] = []
-    for label, s in grids.items():
+
+    def grid_row(label, s):
+        """The pooled curve's prediction on grid s and the base model's samples there."""
         com = centre_of_mass_on_grid(curve.at(s[1:-1]))
-        row = {"name": label, "sigmas": [round(float(x), 4) for x in s],
-               "com": {n: float(com[k]) for k, n in enumerate(names)},
-               "meets_thirds": bool(all(lo - 1e-9 <= com[k] <= hi + 1e-9 for k, (lo, hi) in bounds.items())),
-               "samples": _sample_report(world, s, a.samples, seed=0)}
-        out["grids"].append(row)
+        return {"name": label, "sigmas": [round(float(x), 4) for x in s],
+                "com": {n: float(com[k]) for k, n in enumerate(names)},
+                "meets_thirds": bool(all(lo - 1e-9 <= com[k] <= hi + 1e-9 for k, (lo, hi) in bounds.items())),
+                "samples": _sample_report(world, s, a.samples, seed=0)}
+
+    out["grids"] = [grid_row(label, s) for label, s in grids.items()]
     measured = root / a.measured / "seed_0.pt"
     if measured.is_file():  # the prediction checked: the ground truth recorded on that grid itself
         ends = RolloutEnds.load(measured)
@@ -167,8 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
         com = {n: float(prof["com"][k]) for k, n in enumerate(names)}
         row = next((r for r in out["grids"] if np.allclose(r["sigmas"], s, atol=1e-4)), None)
         if row is None:
-            row = {"name": "measured grid", "sigmas": [round(float(x), 4) for x in s],
-                   "samples": _sample_report(world, s, a.samples, seed=0)}
+            row = grid_row("measured grid", s)
             out["grids"].append(row)
         row["measured"] = {"com": com, "com_lo": {n: float(prof["com_lo"][k]) for k, n in enumerate(names)},
                            "com_hi": {n: float(prof["com_hi"][k]) for k, n in enumerate(names)},
