@@ -24,7 +24,13 @@ shift 1 seed 0: 4 substeps, 256 prompts × 8 continuations each), give the centr
   ``timing_cache.py record --sigmas 1,0.8,0.68,0.62,0.6,0.54,0 --dir runs/ends_feasible``, 20 min with the CPU
   shared), whose samples come from that grid and are not the pooled batches'.
 
-Writes ``data/results/grid_design.json``. Analysis only: nothing is trained and no setting changes.
+Writes ``data/results/grid_design.json``. ``--batches`` pools other stored ends instead, e.g. the 16-substep
+continuation of seed 0's batch (README "The grid round")::
+
+    python scripts/grid_design_probe.py --batches runs/ends_s16_x4/seed_0.pt --measured '' --bootstrap 0 \
+        --json grid_design_s16.json
+
+Analysis only: nothing is trained and no setting changes.
 """
 
 from __future__ import annotations
@@ -49,18 +55,11 @@ def _feasible_summary(grids) -> dict:
 
 def _sample_report(world, sigmas, n: int, seed: int) -> dict:
     """Judges and defect rates of the world's ODE samples on this grid (the audit's prompts and noise)."""
-    import torch
-
-    from recast.digits.data import sample_prompts
+    from recast.digits.audit import sample_world
     from recast.digits.judges.attributes import judge_report
     from recast.digits.judges.defects import defect_report
-    from recast.sampling import sample_ode
 
-    gen = torch.Generator().manual_seed(seed)
-    prompts = sample_prompts(n, split="test", generator=gen)
-    out = sample_ode(world.transformer, world.encode_prompts(prompts), torch.as_tensor(sigmas, dtype=torch.float32),
-                     shape=world.sample_shape, generator=gen, return_trajectory=False)
-    images = world.decode(out.x0).cpu()
+    images, prompts = sample_world(world, n=n, split="test", seed=seed, sigmas=sigmas)
     judges = {k: v for k, v in judge_report(images, prompts).as_dict().items() if k != "n"}
     defects = {f"defect_{k}": v for k, v in defect_report(images).as_dict().items() if k != "n"}
     return {**judges, **defects}
@@ -85,10 +84,13 @@ def main(argv: list[str] | None = None) -> dict:
     from recast.sweep import results_dir
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", nargs="+", default=list(BATCHES.values()),
+                    help="stored ends whose curves are pooled (default: the three 4-substep batches)")
     ap.add_argument("--bootstrap", type=int, default=100, help="replicates of the search (0 = none)")
     ap.add_argument("--samples", type=int, default=256, help="test prompts for the sample report")
     ap.add_argument("--measured", default="runs/ends_feasible",
-                    help="ends recorded on a feasible grid (timing_cache.py record --sigmas ...), scored when present")
+                    help="ends recorded on a feasible grid (timing_cache.py record --sigmas ...), scored when present "
+                         "('' = none)")
     ap.add_argument("--json", default="grid_design.json")
     a = ap.parse_args(argv)
     root = Path(recast.__file__).resolve().parents[1]
@@ -100,7 +102,9 @@ def main(argv: list[str] | None = None) -> dict:
         return torch.stack([f(images, prompts).float() for f in fns], 1)
 
     profiles = {}
-    for label, path in BATCHES.items():
+    labels = {path: label for label, path in BATCHES.items()}
+    for path in a.batches:
+        label = labels.get(path, path)
         ends = RolloutEnds.load(root / path)
         profiles[label] = (ends.sigmas.double(), ends_profile(ends, reward_fn, bootstrap=max(a.bootstrap, 1)))
     curve = pool_curves([(s, p["D"]) for s, p in profiles.values()])
@@ -162,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     out["grids"] = [grid_row(label, s) for label, s in grids.items()]
     measured = root / a.measured / "seed_0.pt"
-    if measured.is_file():  # the prediction checked: the ground truth recorded on that grid itself
+    if a.measured and measured.is_file():  # the prediction checked: the ground truth recorded on that grid itself
         ends = RolloutEnds.load(measured)
         prof = ends_profile(ends, reward_fn, bootstrap=200)
         s = ends.sigmas.double().numpy()

@@ -51,14 +51,16 @@ class WorldAudit:
 
 @torch.no_grad()
 def sample_world(world, *, n: int, split: str, num_steps: int = 10, shift: float = 3.0, seed: int = 0,
-                 batch_size: int = 128) -> tuple[torch.Tensor, list[str]]:
-    """ODE samples of a world on ``n`` prompts drawn uniformly from a split: images ``(n, 3, H, W)`` and prompts."""
+                 batch_size: int = 128, sigmas=None) -> tuple[torch.Tensor, list[str]]:
+    """ODE samples of a world on ``n`` prompts drawn uniformly from a split: images ``(n, 3, H, W)`` and prompts.
+    ``sigmas`` (1 > … > 0), when given, is the grid instead of `sigma_schedule(num_steps, shift)`."""
     from recast.digits.data import sample_prompts
-    from recast.sampling import sample_ode, sigma_schedule
+    from recast.informativeness.probe import grid_sigmas
+    from recast.sampling import sample_ode
 
+    sigmas = grid_sigmas(num_steps, shift, sigmas)
     gen = torch.Generator().manual_seed(seed)
     prompts = sample_prompts(n, split=split, generator=gen)
-    sigmas = sigma_schedule(num_steps, shift)
     images = []
     for i in range(0, n, batch_size):
         embeds = world.encode_prompts(prompts[i:i + batch_size])
