@@ -370,3 +370,32 @@ def test_committed_grid_design_probe_only_a_degenerate_grid_meets_the_thirds():
         lo, hi = b[third]
         assert m["com_lo"][name] <= hi and m["com_hi"][name] >= lo, name  # its band reaches the designed third
     assert max(m["com"]["color"], m["com"]["position_flat"]) <= 1.5 and m["com"]["speck_free"] >= 3.5
+
+
+def test_committed_grid_design_on_the_16_substep_curve_still_crowds_the_grid_and_spoils_the_samples():
+    """The grid probe on the 16-substep continuation of figure 02's seed-0 batch alone (README "The grid round",
+    the caveat): more grids pass, but each still crowds four interior points into σ 0.52-0.74, and on every corner
+    of the feasible set the speckle is nearly gone while blur and fade leave their bands."""
+    import json
+
+    import numpy as np
+
+    from recast.informativeness.timing import TimingCurve, feasible_grids, third_bounds
+
+    d = json.loads((Path(__file__).resolve().parents[1] / "data/results/grid_design_s16.json").read_text())
+    names = list(d["F"])
+    curve = TimingCurve(np.array(d["sigma"]), np.array([d["F"][n] for n in names]))
+    b = third_bounds(6)
+    bounds = {names.index(n): tuple(b[t]) for n, t in d["design"].items()}
+    lattice = np.round(np.arange(d["lattice_step"], 1.0 - d["lattice_step"] / 2, d["lattice_step"]), 6)
+    grids = feasible_grids(curve, lattice, 6, bounds)
+    assert len(grids) == d["feasible_linear"]["count"] > 108  # more than the 4-substep curves let through
+    assert grids[:, 0].max() <= 0.74 + 1e-9 and (((grids >= 0.52) & (grids <= 0.74)).sum(1) >= 4).all()
+    rows = {r["name"]: r for r in d["grids"]}
+    presets = rows["presets (SD3, shift 3)"]
+    corners = [r for name, r in rows.items() if name.startswith("feasible")]
+    assert len(corners) >= 3 and not presets["meets_thirds"]
+    for r in corners:
+        assert r["meets_thirds"] and r["samples"]["defect_speckle"] < 0.2 <= presets["samples"]["defect_speckle"]
+        for defect in ("defect_blur", "defect_fade"):
+            assert r["samples"][defect] > max(0.6, presets["samples"][defect]), (r["name"], defect)
