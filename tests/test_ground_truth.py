@@ -328,6 +328,23 @@ def test_committed_shift_1_grid_moves_every_reward_earlier_together():
         assert max(com[k] for k in com3) - min(com[k] for k in com3) < 2.0
 
 
+def _committed_grid_search(name: str):
+    """A committed grid-probe JSON and the feasible grids re-searched from its curve, as the probe searched them."""
+    import json
+
+    import numpy as np
+
+    from recast.informativeness.timing import TimingCurve, feasible_grids, third_bounds
+
+    d = json.loads((Path(__file__).resolve().parents[1] / "data/results" / name).read_text())
+    names = list(d["F"])
+    curve = TimingCurve(np.array(d["sigma"]), np.array([d["F"][n] for n in names]))
+    b = third_bounds(6)
+    bounds = {names.index(n): tuple(b[t]) for n, t in d["design"].items()}
+    lattice = np.round(np.arange(d["lattice_step"], 1.0 - d["lattice_step"] / 2, d["lattice_step"]), 6)
+    return d, feasible_grids(curve, lattice, 6, bounds)
+
+
 def test_committed_grid_design_probe_only_a_degenerate_grid_meets_the_thirds():
     """`scripts/grid_design_probe.py` (README "The grid round"): with the ground truth's curves pooled from the three
     stored batches, the centre of mass on any 6-step grid is a sum over its interior points. The search reproduces
@@ -335,19 +352,10 @@ def test_committed_grid_design_probe_only_a_degenerate_grid_meets_the_thirds():
     designed thirds crowds its interior points into the middle noise levels and ends with one step of at least 0.5
     to σ = 0; and on such a grid the base model's samples lose the speckle the late reward is meant to find while
     blur and fade leave their bands."""
-    import json
+    from recast.informativeness.timing import gap_needed, third_bounds
 
-    import numpy as np
-
-    from recast.informativeness.timing import TimingCurve, feasible_grids, gap_needed, third_bounds
-
-    d = json.loads((Path(__file__).resolve().parents[1] / "data/results/grid_design.json").read_text())
-    names = list(d["F"])
-    curve = TimingCurve(np.array(d["sigma"]), np.array([d["F"][n] for n in names]))
+    d, grids = _committed_grid_search("grid_design.json")
     b = third_bounds(6)
-    bounds = {names.index(n): tuple(b[t]) for n, t in d["design"].items()}
-    lattice = np.round(np.arange(d["lattice_step"], 1.0 - d["lattice_step"] / 2, d["lattice_step"]), 6)
-    grids = feasible_grids(curve, lattice, 6, bounds)
     assert len(grids) == d["feasible_linear"]["count"] > 0
     assert grids[:, -1].min() >= 0.5 and grids[:, 0].max() <= 0.85
     assert d["gap_needed"] == pytest.approx(gap_needed(6)) and d["gap_color_speck_free"]["max"] > gap_needed(6)
@@ -376,19 +384,7 @@ def test_committed_grid_design_on_the_16_substep_curve_still_crowds_the_grid_and
     """The grid probe on the 16-substep continuation of figure 02's seed-0 batch alone (README "The grid round",
     the caveat): more grids pass, but each still crowds four interior points into σ 0.52-0.74, and on every corner
     of the feasible set the speckle is nearly gone while blur and fade leave their bands."""
-    import json
-
-    import numpy as np
-
-    from recast.informativeness.timing import TimingCurve, feasible_grids, third_bounds
-
-    d = json.loads((Path(__file__).resolve().parents[1] / "data/results/grid_design_s16.json").read_text())
-    names = list(d["F"])
-    curve = TimingCurve(np.array(d["sigma"]), np.array([d["F"][n] for n in names]))
-    b = third_bounds(6)
-    bounds = {names.index(n): tuple(b[t]) for n, t in d["design"].items()}
-    lattice = np.round(np.arange(d["lattice_step"], 1.0 - d["lattice_step"] / 2, d["lattice_step"]), 6)
-    grids = feasible_grids(curve, lattice, 6, bounds)
+    d, grids = _committed_grid_search("grid_design_s16.json")
     assert len(grids) == d["feasible_linear"]["count"] > 108  # more than the 4-substep curves let through
     assert grids[:, 0].max() <= 0.74 + 1e-9 and (((grids >= 0.52) & (grids <= 0.74)).sum(1) >= 4).all()
     rows = {r["name"]: r for r in d["grids"]}
