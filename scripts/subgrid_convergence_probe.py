@@ -61,7 +61,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     import torch
 
     import recast
-    from recast.digits.data import prompt_set
     from recast.digits.judges.agreement import verdict_reward
     from recast.digits.rewards import get, setting_rewards
     from recast.informativeness import gains_centre_of_mass, telescoping_gains
