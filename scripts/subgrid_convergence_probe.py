@@ -12,7 +12,7 @@ resampled states in each batch (`ends_profile`'s seed), which makes the bands of
 forward noise of the columns after the first still differs between batches: the generator is shared with the
 continuations.)
 
-The ancestral (η = 1) step is the Euler-Maruyama step of the reverse SDE, weakly convergent of order 1. If the
+The ancestral (η = 1) step is a first-order discretisation of the reverse SDE, weakly convergent of order 1. If the
 series is in that regime, E[D_n] = D_∞ + c / n, so the step from 16 to 32 substeps is 1/6 of the step from 4 to 16,
 and D_∞ ≈ 2 D_32 − D_16 (Richardson). The probe reports, per reward, the centre of mass of the gains at 4, 16, 32
 substeps and extrapolated, the measured ratio (c_32 − c_16) / (c_16 − c_4) with its paired band (order 1 predicts
