@@ -1,8 +1,8 @@
 """Probe: where does the ground truth's sub-grid series settle? One clean batch continued with 4, 16 and 32 substeps.
 
     for s in 4 16 32; do python scripts/timing_cache.py record --seed 0 --num-prompts 128 --substeps $s \
-        --x0-substeps 4 --dir runs/p128_s${s}_x4; done        # 6 + 25 + 50 min on 2 cores
-    python scripts/subgrid_convergence_probe.py              # ~2 min: data/results/ground_truth_subgrid.csv
+        --x0-substeps 4 --dir runs/p128_s${s}_x4; done        # 5 + 18 + 35 min on 2 cores
+    python scripts/subgrid_convergence_probe.py              # ~40 s: data/results/ground_truth_subgrid.csv
 
 The grid round found that 16 ancestral substeps per grid step decide every reward later than figure 02's 4, on the
 same clean samples, and that the cross-batch series 4 → 8 → 16 did not shrink like 1 / substeps. Those cross-batch
@@ -127,11 +127,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         row["d_com_32_predicted"] = c[32] - row["com_s32_predicted"]
         row["d_com_32_predicted_lo"], row["d_com_32_predicted_hi"] = _band(cb[32] - com_of_D(pred_b))
         row["rho_s32_s16"] = spearman(g[32], g[16])
-        clean = fn(first.clean, list(first.prompts)).double().reshape(len(first.prompts), -1)[:, :1]
-        for n, e in batches.items():  # ends continued from the noisiest interior state against the clean batch
-            M, N = e.ends.shape[1:3]
-            r = fn(e.ends[0].reshape(M * N, *e.ends.shape[3:]), list(e.prompts) * M).double().reshape(M * N, -1)
-            row[f"ends_z_s{n}"] = float(reward_agreement(r[:, :1], clean)[0])
+        for n, p in prof.items():  # ends continued from the noisiest interior state against the clean batch
+            first_ends = p["R_ends"][0, ..., :1].flatten(0, 1)  # (M N, 1)
+            row[f"ends_z_s{n}"] = float(reward_agreement(first_ends, p["R_clean"][:, :1])[0])
         if name in tweedie:
             t = float(gains_centre_of_mass(tweedie[name]))
             row["com_tweedie"] = t

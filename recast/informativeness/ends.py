@@ -144,7 +144,8 @@ def ends_profile(ends: RolloutEnds, reward_fn: Callable[[torch.Tensor, list[str]
         dict of float64 tensors, one row per reward (K): ``D`` (K, T + 1), ``D_boot`` (R, K, T + 1) or None,
         ``gains`` (K, T), ``com`` (K,) the centre of mass of the gains (0 = noisiest column), ``com_lo`` /
         ``com_hi`` its 5-95 % band (NaN without a bootstrap), ``cleanest_third_share`` (K,) the share of the gains
-        in the last ⌈T/3⌉ columns, and ``silenced`` (K,) bool.
+        in the last ⌈T/3⌉ columns, ``silenced`` (K,) bool, and the raw rewards they come from: ``R_clean`` (N, K)
+        of the clean batch and ``R_ends`` (T − 1, M, N, K) of the ends (None for T = 1).
     """
     from recast.informativeness import centre_of_mass_band, gains_centre_of_mass, telescoping_gains
     from recast.informativeness.probe import p_map
@@ -159,11 +160,11 @@ def ends_profile(ends: RolloutEnds, reward_fn: Callable[[torch.Tensor, list[str]
     to_p, silenced = p_map(R_clean, adv_clip_max, std_floor)
     T = len(ends.sigmas) - 1
     if T == 1:
-        p_ends = to_p(R_clean)[None, None]
+        R_ends, p_ends = None, to_p(R_clean)[None, None]
     else:
         _, M, N = ends.ends.shape[:3]
-        p_ends = torch.stack([to_p(raw(e.reshape(M * N, *e.shape[2:]), prompts * M)).reshape(M, N, -1)
-                              for e in ends.ends])
+        R_ends = torch.stack([raw(e.reshape(M * N, *e.shape[2:]), prompts * M).reshape(M, N, -1) for e in ends.ends])
+        p_ends = to_p(R_ends.reshape(-1, R_ends.shape[-1])).reshape(R_ends.shape)
     D, D_boot = discriminability_from_ends(p_ends.double(), T, alpha=alpha, bootstrap=bootstrap,
                                            generator=torch.Generator().manual_seed(seed))
     gains = telescoping_gains(D)
@@ -175,4 +176,4 @@ def ends_profile(ends: RolloutEnds, reward_fn: Callable[[torch.Tensor, list[str]
     if D_boot is not None:
         lo, hi = centre_of_mass_band(D_boot)
     return {"D": D, "D_boot": D_boot, "gains": gains, "com": com, "com_lo": lo, "com_hi": hi,
-            "cleanest_third_share": share, "silenced": silenced}
+            "cleanest_third_share": share, "silenced": silenced, "R_clean": R_clean, "R_ends": R_ends}
