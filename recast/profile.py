@@ -33,7 +33,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--num-steps", type=int, default=6, help="T: grid steps, the columns of W")
     p.add_argument("--shift", type=float, default=3.0, help="SD3 time shift of the grid")
     p.add_argument("--num-rollouts", type=int, default=8, help="M continuations per state (rollout)")
-    p.add_argument("--substeps", type=int, default=4, help="ancestral steps per grid step (sampling, rollout)")
+    p.add_argument("--substeps", type=int, default=16, help="ancestral steps per grid step (sampling, rollout); 16 "
+                   "is where the digit world's attribute rewards' ground truth settles (4 decides them early)")
     p.add_argument("--bootstrap", type=int, default=200, help="bootstrap replicates for the band and noise shares")
     p.add_argument("--temperature", type=float, default=1.0, help="solver temperature tau")
     p.add_argument("--alpha", type=float, default=2.0, help="Renyi order")

@@ -5,7 +5,7 @@
     python scripts/fixed_w_runs.py compose --budgets uniform --rewards-only       # training rewards, no sampling
     python scripts/pairwise_probe.py --method fixed --budgets uniform,sharpness-heavy --out-root runs/fixed \\
         --baseline-root runs/sweep --name pairwise_probe_quality_fixed
-    python -m recast profile --setting compose --out runs/profile_w/tweedie64                 # a W before training
+    python -m recast profile --setting compose --substeps 4 --out runs/profile_w/tweedie64   # a W before training
     python scripts/fixed_w_runs.py compose --budgets uniform --w-from runs/profile_w/tweedie64/profile.json \\
         --out-root runs/profile_w/tweedie64 --name profile_w_tweedie64 --evaluate
 

@@ -104,3 +104,28 @@ def test_discriminability_from_ends_closed_forms():
     assert D[0, 1:T].abs().max() < 0.02 and boot.shape == (10, 1, T + 1)
     with pytest.raises(ValueError, match="p_ends"):
         discriminability_from_ends(decided[:2], T)
+
+
+def test_estimate_profiles_scores_stored_ends_as_it_would_sample_them(world, prompts):
+    """``ends=`` gives the sampled rollout profile's D and its ends_z and ode_z checks bit for bit, and the same
+    tweedie profile; ends recorded with other arguments, or on other clean samples, are refused."""
+    kw = dict(num_steps=4, num_rollouts=2, substeps=2, bootstrap=20, seed=5)
+    small = prompts[:6]
+    ref = estimate_profiles(world, list(NAMES), small, **kw)
+    ends = record_ends(world, small, **kw)
+    got = estimate_profiles(world, list(NAMES), small, ends=ends, **kw)
+    assert torch.equal(got["rollout"].D, ref["rollout"].D) and torch.equal(got["tweedie"].D, ref["tweedie"].D)
+    for check in ("ends_z", "ode_z"):
+        assert got["rollout"].checks[check] == ref["rollout"].checks[check]
+    assert got["rollout"].D_boot.shape == ref["rollout"].D_boot.shape
+    lo, D, hi = got["rollout"].D_lo, got["rollout"].D, got["rollout"].D_hi
+    assert ((lo <= D + 1e-9) & (D <= hi + 1e-9)).all()
+    for wrong, match in ((dict(seed=6), "seed=5"), (dict(substeps=1), "substeps=2"), (dict(num_rollouts=3), "num_roll"),
+                         (dict(num_steps=3), "grid"), (dict(x0_substeps=1), "x0_substeps=2")):
+        with pytest.raises(ValueError, match=match):
+            estimate_profiles(world, list(NAMES), small, ends=ends, **(kw | wrong))
+    with pytest.raises(ValueError, match="other prompts"):
+        estimate_profiles(world, list(NAMES), prompts[1:7], ends=ends, **kw)
+    tampered = RolloutEnds(ends.sigmas, ends.prompts, ends.clean.flip(-1), ends.ends, ends.meta)
+    with pytest.raises(ValueError, match="other clean samples"):
+        estimate_profiles(world, list(NAMES), small, ends=tampered, **kw)

@@ -241,7 +241,7 @@ def estimate_profiles(world, reward_names: Sequence[str], prompts: Sequence[str]
                       shift: float = 3.0, num_rollouts: int = 8, substeps: int = 4, alpha: float = 2.0,
                       temperature: float = 1.0, adv_clip_max: float = 5.0, std_floor: float = 1e-2,
                       bootstrap: int = 200, seed: int = 0, sigmas=None,
-                      x0_substeps: int | None = None) -> dict[str, Profile]:
+                      x0_substeps: int | None = None, ends=None) -> dict[str, Profile]:
     """D_k(σ), bands, gains and W of each reward from each named estimator, on one shared batch of model samples.
 
     Args:
@@ -259,12 +259,22 @@ def estimate_profiles(world, reward_names: Sequence[str], prompts: Sequence[str]
         adv_clip_max, std_floor: the trainer's p map (RECAST.md §3).
         bootstrap: replicates for the bands and the noise share.
         seed: seeds the samples, the forward noise, the continuations and the bootstrap.
+        ends: `recast.informativeness.ends.RolloutEnds` recorded with these arguments (`record_ends`): the rollout
+            profile is then scored on the stored continuation ends instead of sampling them again (hours at a fine
+            sub-grid). With tweedie estimated too and a bootstrap, as `record_ends` records, it equals the sampled
+            profile bit for bit in D and in the `ends_z` and `ode_z` checks; only the bootstrap replicates differ
+            (their seed is ``seed`` here). Checked before any compute (prompts, grid,
+            seed, num_rollouts, substeps, x0_substeps), and its clean images against this call's clean batch.
 
     Returns:
         {estimator: Profile}. The rollout profile's `checks` hold the consistency checks: `dp_z` (K,), the largest
         (D(σ_j) − D(σ_T)) / bootstrap s.d. (the data-processing bound holds when ≤ 2), `ends_z` (K,), the z-score
         of the continuation ends' mean p against the clean samples' (continuations reproduce π), and `ode_z` (K,),
         the clean samples' raw rewards against the T-step ODE's (how far the training sampler's distribution is).
+
+    Raises:
+        ValueError: an unknown estimator, fewer than 4 prompts, bad budgets, or ``ends`` recorded with other
+            arguments or on other clean samples.
     """
     bad = [e for e in estimators if e not in ESTIMATORS]
     if bad or not estimators:
@@ -276,6 +286,9 @@ def estimate_profiles(world, reward_names: Sequence[str], prompts: Sequence[str]
     if lam_t.shape != (K,) or (lam_t < 0).any() or lam_t.sum() <= 0:
         raise ValueError(f"lam must be {K} budgets >= 0 with a positive sum, got {list(lam)}")
     lam_t = lam_t / lam_t.sum()
+    if ends is not None:
+        _check_ends(ends, prompts, grid_sigmas(num_steps, shift, sigmas), seed=seed, num_rollouts=num_rollouts,
+                    substeps=substeps, x0_substeps=substeps if x0_substeps is None else x0_substeps)
     b = model_batch(world, reward_names, prompts, num_steps=num_steps, shift=shift,
                     substeps=substeps if x0_substeps is None else x0_substeps, adv_clip_max=adv_clip_max,
                     std_floor=std_floor, seed=seed, sigmas=sigmas)
@@ -286,22 +299,49 @@ def estimate_profiles(world, reward_names: Sequence[str], prompts: Sequence[str]
                                      bootstrap=bootstrap, generator=b.generator)
         out["tweedie"] = _profile("tweedie", reward_names, b.sigmas, D, D_boot, lam_t, b.silenced, temperature, {})
     if "rollout" in estimators:
-        est = rollout_estimate(world.transformer, b.embeds, b.x0, b.sigmas, b.reward, prompts, world.decode,
-                               num_rollouts=num_rollouts, substeps=substeps, to_p=lambda r: b.to_p(r.double().cpu()),
-                               alpha=alpha, bootstrap=bootstrap, generator=b.generator)
-        diff = est.D - est.D[:, -1:]
-        if est.D_boot is not None:
-            sd = (est.D_boot - est.D_boot[:, :, -1:]).std(0).clamp_min(1e-12)
+        if ends is None:
+            est = rollout_estimate(world.transformer, b.embeds, b.x0, b.sigmas, b.reward, prompts, world.decode,
+                                   num_rollouts=num_rollouts, substeps=substeps,
+                                   to_p=lambda r: b.to_p(r.double().cpu()), alpha=alpha, bootstrap=bootstrap,
+                                   generator=b.generator)
+            D, D_boot, p_ends, p_clean = est.D, est.D_boot, est.p_ends, est.p_clean
+        else:
+            from recast.informativeness.ends import ends_profile
+
+            if not torch.equal(ends.clean, world.decode(b.x0).detach().float().cpu()):
+                raise ValueError("the stored ends continue other clean samples than this call draws (another world "
+                                 "or model version?); record them again with record_ends")
+            got = ends_profile(ends, b.reward, alpha=alpha, adv_clip_max=adv_clip_max, std_floor=std_floor,
+                               bootstrap=bootstrap, seed=seed)
+            D, D_boot, p_clean = got["D"], got["D_boot"], b.to_p(got["R_clean"])
+            p_ends = p_clean[None, None] if got["R_ends"] is None else b.to_p(got["R_ends"])
+        diff = D - D[:, -1:]
+        if D_boot is not None:
+            sd = (D_boot - D_boot[:, :, -1:]).std(0).clamp_min(1e-12)
             dp_z = (diff[:, 1:-1] / sd[:, 1:-1]).amax(1) if num_steps > 1 else torch.zeros(K)
         else:
             dp_z = torch.full((K,), float("nan"))
         ode = sample_ode(world.transformer, b.embeds, b.sigmas, noise=b.noise, return_trajectory=False).x0
         checks = {"dp_z": dp_z.tolist(),
-                  "ends_z": reward_agreement(est.p_ends.reshape(-1, K), est.p_clean).tolist(),
+                  "ends_z": reward_agreement(p_ends.reshape(-1, K), p_clean).tolist(),
                   "ode_z": reward_agreement(b.R_clean, b.reward(world.decode(ode), prompts).double().cpu()).tolist()}
-        out["rollout"] = _profile("rollout", reward_names, b.sigmas, est.D, est.D_boot, lam_t, b.silenced,
-                                  temperature, checks)
+        out["rollout"] = _profile("rollout", reward_names, b.sigmas, D, D_boot, lam_t, b.silenced, temperature,
+                                  checks)
     return out
+
+
+def _check_ends(ends, prompts: Sequence[str], sigmas: torch.Tensor, **expected) -> None:
+    """Refuse stored ends recorded with other arguments than the call that would score them (`estimate_profiles`)."""
+    meta = dict(ends.meta)
+    meta.setdefault("x0_substeps", meta.get("substeps"))
+    wrong = [f"{k}={meta.get(k)} (this call: {v})" for k, v in expected.items() if meta.get(k) != v]
+    if tuple(ends.prompts) != tuple(prompts):
+        wrong.append(f"{len(ends.prompts)} other prompts (this call: {len(prompts)})")
+    if ends.sigmas.shape != sigmas.shape or not torch.allclose(ends.sigmas.float(), sigmas.float()):
+        wrong.append(f"grid {[round(x, 4) for x in ends.sigmas.tolist()]} (this call: "
+                     f"{[round(x, 4) for x in sigmas.tolist()]})")
+    if wrong:
+        raise ValueError("the stored ends were recorded with other arguments: " + "; ".join(wrong))
 
 
 def plot_profiles(profiles: dict[str, Profile], axes=None, ncols: int = 4):
