@@ -67,7 +67,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from recast.informativeness.ends import RolloutEnds, ends_profile
     from recast.informativeness.probe import estimate_profiles, spearman
     from recast.io import write_csv
-    from recast.rollout import reward_agreement
     from recast.sweep import results_dir
     from recast.world import load_world
 
@@ -128,8 +127,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         row["d_com_32_predicted_lo"], row["d_com_32_predicted_hi"] = _band(cb[32] - com_of_D(pred_b))
         row["rho_s32_s16"] = spearman(g[32], g[16])
         for n, p in prof.items():  # ends continued from the noisiest interior state against the clean batch
-            first_ends = p["R_ends"][0, ..., :1].flatten(0, 1)  # (M N, 1)
-            row[f"ends_z_s{n}"] = float(reward_agreement(first_ends, p["R_clean"][:, :1])[0])
+            row[f"ends_z_s{n}"] = float(p["ends_z_first"][0])
         if name in tweedie:
             t = float(gains_centre_of_mass(tweedie[name]))
             row["com_tweedie"] = t

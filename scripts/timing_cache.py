@@ -80,18 +80,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
         return []
     batches = {int(s): RolloutEnds.load(folder / f"seed_{int(s)}.pt") for s in a.seeds.split(",")}
     rows = []
-    print("| reward | batch | centre of mass [5-95 %] | share in the cleanest third | D(0) |")
-    print("|---|---|---|---|---|")
+    print("| reward | batch | centre of mass [5-95 %] | share in the cleanest third | D(0) | ends from σ_1 vs clean, z |")
+    print("|---|---|---|---|---|---|")
     for name in a.names:
         fn = _reward(name, a.module)
         for seed, ends in batches.items():
             prof = ends_profile(ends, fn)
             row = {"name": name, "seed": seed, "com": float(prof["com"][0]), "com_lo": float(prof["com_lo"][0]),
                    "com_hi": float(prof["com_hi"][0]), "cleanest_third_share": float(prof["cleanest_third_share"][0]),
-                   "D0": float(prof["D"][0, -1])}
+                   "D0": float(prof["D"][0, -1]), "ends_z_first": float(prof["ends_z_first"][0])}
             rows.append(row)
             print(f"| {name} | {seed} | {row['com']:.2f} [{row['com_lo']:.2f}, {row['com_hi']:.2f}] | "
-                  f"{row['cleanest_third_share']:.2f} | {row['D0']:.3f} |")
+                  f"{row['cleanest_third_share']:.2f} | {row['D0']:.3f} | {row['ends_z_first']:+.1f} |")
     if a.csv:
         from recast.io import write_csv
         from recast.sweep import results_dir

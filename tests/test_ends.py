@@ -9,7 +9,7 @@ import torch
 
 from recast.informativeness.ends import RolloutEnds, ends_profile, record_ends
 from recast.informativeness.probe import estimate_profiles, stack_rewards
-from recast.rollout import discriminability_from_ends
+from recast.rollout import discriminability_from_ends, reward_agreement
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ("digit", "color", "sharpness", "speck_free")
@@ -47,6 +47,13 @@ def test_stored_ends_reproduce_the_ground_truth_exactly(world, prompts, tmp_path
     one = ends_profile(ends, world.reward("color", "cpu"), bootstrap=0)
     torch.testing.assert_close(one["D"][0], ref.D[1], rtol=0, atol=1e-12)
     assert torch.isnan(one["com_lo"]).all() and one["D_boot"] is None
+    # the sampler check: the ends continued from σ_1 against the clean batch, per reward
+    want = reward_agreement(prof["R_ends"][0].flatten(0, 1), prof["R_clean"])
+    assert torch.equal(prof["ends_z_first"], want) and prof["R_ends"].shape == (5, 2, 8, 4)
+    # ends that are the clean images themselves reproduce the batch exactly: z = 0
+    same = RolloutEnds(ends.sigmas, ends.prompts, ends.clean, ends.clean.expand(5, 2, *ends.clean.shape), ends.meta)
+    assert torch.equal(ends_profile(same, world.reward("color", "cpu"), bootstrap=0)["ends_z_first"],
+                       torch.zeros(1, dtype=torch.float64))
 
 
 def test_an_explicit_grid_is_the_shifted_one_when_equal_and_any_other_when_not(world, prompts):

@@ -398,14 +398,19 @@ def test_committed_grid_design_on_the_16_substep_curve_still_crowds_the_grid_and
             assert r["samples"][defect] > max(0.6, presets["samples"][defect]), (r["name"], defect)
 
 
-def _subgrid_probe():
+def _script(name: str):
+    """A script of ``scripts/`` imported as a module."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "subgrid_convergence_probe.py"
-    spec = importlib.util.spec_from_file_location("subgrid_convergence_probe", path)
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _subgrid_probe():
+    return _script("subgrid_convergence_probe")
 
 
 def test_richardson_recovers_the_limit_of_a_first_order_series_and_the_order_one_ratio_is_a_sixth():
@@ -465,3 +470,40 @@ def test_committed_subgrid_probe_converges_for_the_attributes_and_mixes_samplers
     assert all(abs(rows[k]["ends_z_s32"]) >= 2.5 for k in textures)
     assert all(rows[k]["rho_tweedie_extrapolated"] >= 0.8 for k in ("color", "position_flat", "size_half_max"))
     assert rows["digit"]["rho_tweedie_extrapolated"] < 0.8
+
+
+def _figure02(gains_gt, gains_tw, rho, rho_gt, checks=0.0, sigmas=(1.0, 0.5, 0.0)):
+    """A notebook-02 JSON with the same profiles in both batches (only what `compare` reads)."""
+    K = len(gains_gt)
+    prof = lambda g: {"reward_names": [f"r{k}" for k in range(K)], "sigmas": list(sigmas), "gains": g,  # noqa: E731
+                      "D": [[0.0, *[sum(row[:j + 1]) for j in range(len(row))]] for row in g],
+                      "noise_share": [0.1] * K,
+                      "checks": {c: [checks] * K for c in ("dp_z", "ends_z", "ode_z")}}
+    return {"rollout": prof(gains_gt), "tweedie": prof(gains_tw), "spearman_gains": rho,
+            "replicate": {"rollout": prof(gains_gt), "tweedie": prof(gains_tw), "spearman_gains": rho,
+                          "spearman_ground_truth_seeds": rho_gt}}
+
+
+def test_figure02_subgrid_compare_reads_centres_lags_and_checks_of_both_figures():
+    """`scripts/figure02_subgrid_compare.py`: centres of mass of the gains (closed form on two columns), tweedie's lag
+    behind the ground truth, the move from 4 to 16 substeps, and the notebook's ρ and checks passed through; two
+    figures on other rewards or grids, or without a second batch, are refused."""
+    cmp = _script("figure02_subgrid_compare")
+    old = _figure02([[1.0, 0.0], [1.0, 1.0]], [[1.0, 1.0], [0.0, 1.0]], [0.5, 0.6], [0.9, 0.8])
+    new = _figure02([[1.0, 3.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 1.0]], [0.7, 1.0], [1.0, 0.95], checks=1.5)
+    rows = cmp.compare(old, new)
+    assert [r["reward"] for r in rows] == ["r0", "r1"]
+    r0, r1 = rows
+    assert r0["com_gt_s4_b1"] == pytest.approx(0.0) and r0["com_gt_s16_b2"] == pytest.approx(0.75)
+    assert r0["d_com_gt_s16_s4_b1"] == pytest.approx(0.75) and r1["d_com_gt_s16_s4_b2"] == pytest.approx(0.5)
+    assert r0["lag_tweedie_s4_b1"] == pytest.approx(0.5) and r0["lag_tweedie_s16_b1"] == pytest.approx(0.25)
+    assert r1["lag_tweedie_s16_b2"] == pytest.approx(0.0)
+    assert (r0["rho_tweedie_s4_b1"], r1["rho_tweedie_s16_b2"], r1["rho_gt_b1_b2_s16"]) == (0.5, 1.0, 0.95)
+    assert r0["ends_z_s16_b1"] == 1.5 and r0["ode_z_s4_b2"] == 0.0 and r1["D0_gt_s16_b1"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="second batch"):
+        cmp.compare(old, new | {"replicate": None})
+    with pytest.raises(ValueError, match="same rewards on the same grid"):
+        cmp.compare(old, _figure02([[1.0, 0.0]], [[1.0, 0.0]], [1.0], [1.0]))
+    with pytest.raises(ValueError, match="same rewards on the same grid"):
+        cmp.compare(old, _figure02([[1.0, 0.0], [1.0, 0.0]], [[1.0, 0.0]] * 2, [1.0] * 2, [1.0] * 2,
+                                   sigmas=(1.0, 0.4, 0.0)))

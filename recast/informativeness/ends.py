@@ -144,12 +144,14 @@ def ends_profile(ends: RolloutEnds, reward_fn: Callable[[torch.Tensor, list[str]
         dict of float64 tensors, one row per reward (K): ``D`` (K, T + 1), ``D_boot`` (R, K, T + 1) or None,
         ``gains`` (K, T), ``com`` (K,) the centre of mass of the gains (0 = noisiest column), ``com_lo`` /
         ``com_hi`` its 5-95 % band (NaN without a bootstrap), ``cleanest_third_share`` (K,) the share of the gains
-        in the last ⌈T/3⌉ columns, ``silenced`` (K,) bool, and the raw rewards they come from: ``R_clean`` (N, K)
-        of the clean batch and ``R_ends`` (T − 1, M, N, K) of the ends (None for T = 1).
+        in the last ⌈T/3⌉ columns, ``silenced`` (K,) bool, the raw rewards they come from: ``R_clean`` (N, K)
+        of the clean batch and ``R_ends`` (T − 1, M, N, K) of the ends (None for T = 1), and ``ends_z_first`` (K,),
+        the Welch z of the raw rewards of the ends continued from the noisiest interior state against the clean
+        batch's (`reward_agreement`; NaN for T = 1): whether the continuations reproduce the batch they continue.
     """
     from recast.informativeness import centre_of_mass_band, gains_centre_of_mass, telescoping_gains
     from recast.informativeness.probe import p_map
-    from recast.rollout import discriminability_from_ends
+    from recast.rollout import discriminability_from_ends, reward_agreement
 
     def raw(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         r = reward_fn(images, prompts).float().double().cpu()  # float32 first, as the estimators see it
@@ -161,10 +163,12 @@ def ends_profile(ends: RolloutEnds, reward_fn: Callable[[torch.Tensor, list[str]
     T = len(ends.sigmas) - 1
     if T == 1:
         R_ends, p_ends = None, to_p(R_clean)[None, None]
+        ends_z = torch.full((R_clean.shape[1],), float("nan"), dtype=torch.float64)
     else:
         _, M, N = ends.ends.shape[:3]
         R_ends = torch.stack([raw(e.reshape(M * N, *e.shape[2:]), prompts * M).reshape(M, N, -1) for e in ends.ends])
         p_ends = to_p(R_ends.reshape(-1, R_ends.shape[-1])).reshape(R_ends.shape)
+        ends_z = reward_agreement(R_ends[0].flatten(0, 1), R_clean)
     D, D_boot = discriminability_from_ends(p_ends.double(), T, alpha=alpha, bootstrap=bootstrap,
                                            generator=torch.Generator().manual_seed(seed))
     gains = telescoping_gains(D)
@@ -176,4 +180,5 @@ def ends_profile(ends: RolloutEnds, reward_fn: Callable[[torch.Tensor, list[str]
     if D_boot is not None:
         lo, hi = centre_of_mass_band(D_boot)
     return {"D": D, "D_boot": D_boot, "gains": gains, "com": com, "com_lo": lo, "com_hi": hi,
-            "cleanest_third_share": share, "silenced": silenced, "R_clean": R_clean, "R_ends": R_ends}
+            "cleanest_third_share": share, "silenced": silenced, "R_clean": R_clean, "R_ends": R_ends,
+            "ends_z_first": ends_z}
