@@ -2,6 +2,7 @@
 
     python scripts/timing_cache.py record --seed 0            # ~8 min (2 cores): runs/ends/seed_0.pt, 256 x 8
     python scripts/timing_cache.py record --seed 1            # figure 02's second batch
+    python scripts/timing_cache.py record --seed 0 --substeps 16 --dir runs/ends_s16_x16   # today's figure 02, 42 min
     python scripts/timing_cache.py record --shift 1 --dir runs/ends_shift1   # the grid without the time shift
     python scripts/timing_cache.py record --sigmas 1,0.8,0.68,0.62,0.6,0.54,0 --dir runs/ends_feasible  # any grid
     python scripts/timing_cache.py score digit color position_flat size_half_max sharpness speck_free contrast \
@@ -12,8 +13,10 @@
         verdict:not_speckle --csv timing_candidates.csv      # the committed table (README)
 
 `record` draws what notebook 02 draws at its committed size (256 prompts spread over the train prompts, 8
-continuations, 4 substeps, seed 0 and replicate seed 1), so `score` gives figure 02's D for every registered reward
-exactly (`recast.informativeness.ends`); only the bootstrap bands use their own seed. Names are registered rewards,
+continuations, seed 0 and replicate seed 1), so `score` gives figure 02's D for every registered reward exactly. Its
+default of 4 substeps is the figure committed before the settled sub-grid round (and every older table);
+`--substeps 16 --dir runs/ends_s16_x16` records today's figure, which notebook 02 then scores through `ends_dir`
+(`recast.informativeness.ends`); only the bootstrap bands use their own seed. Names are registered rewards,
 ``verdict:<judge>`` for a held-out judge's own 0/1 verdict (`recast.digits.judges.agreement.judge_verdicts`), or
 functions of a ``--module`` on the path, for candidates that are not registered yet.
 """
