@@ -1,4 +1,4 @@
-"""What would a stochastic-continuation proxy cost the trainer? Timed against the trainer's own sampling, in one process.
+"""What would a stochastic-continuation proxy cost the trainer? Timed against its own sampling, in one process.
 
 Run: `python benchmarks/continuation_proxy_cost.py [--threads 2] [--repeats 3]` (7 min on 2 cores; prints a JSON object,
 `--out FILE` also writes it).
@@ -9,10 +9,11 @@ each trained state, which is the ground truth's own kind of cost. This benchmark
 sizes (32 samples, the 6-step grid with its time shift, 3 trained columns per sample drawn from all 6), against
 the phase the trainer already spends on sampling (the T-step ODE of 32 samples). For scale it also times the x̂_0
 forward passes of the trained columns; tweedie does not pay for them, because the NFT loss makes them anyway (its
-own measured cost, scoring the x̂_0, is 0.86 % of an iteration: `bench_trainer.py`). A continuation from grid index j runs the ancestral step down the remaining
-T − j grid steps with ``substeps`` each; its cost per trained column is averaged over j = 0 … T − 1, as the trainer
-draws its columns. The share of an iteration follows from the sampling phase's share of a uniform iteration in
-`benchmarks/results/trainer.json` (the same preset, measured by `bench_trainer.py`).
+own measured cost, scoring the x̂_0, is 0.86 % of an iteration: `bench_trainer.py`). A continuation from grid index
+j runs the ancestral step down the remaining T − j grid steps with ``substeps`` each; its cost per trained column
+is averaged over j = 0 … T − 1, as the trainer draws its columns. The share of an iteration follows from the
+sampling phase's share of a uniform iteration in `benchmarks/results/trainer.json` (the same preset, measured by
+`bench_trainer.py`).
 """
 
 from __future__ import annotations
@@ -20,23 +21,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
+import sys
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, also when imported by path (the tests)
+from bench_solver import _time  # noqa: E402  (median of repeats after a warm-up call)
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _time(fn, repeats: int) -> float:
-    """Median wall seconds of ``fn()`` over ``repeats`` calls, after one warm-up call."""
-    fn()
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
 
 
 def main(argv=None) -> dict:
@@ -56,7 +49,7 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     cfg = preset("cpu")
-    B, T, m = cfg.prompts_per_iter * cfg.group_size, cfg.num_steps, cfg.train_columns
+    B, T, m = cfg.B, cfg.num_steps, cfg.train_columns
     world = load_world(f"digits:{ROOT / cfg.world}")
     prompts = prompt_set("train")[:B]
     embeds = world.encode_prompts(prompts)
