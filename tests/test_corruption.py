@@ -80,3 +80,23 @@ def test_parse_corruption():
         parse_corruption("hue=0.3")
     with pytest.raises(ValueError, match="could not convert"):
         parse_corruption("color=lots")
+
+
+def test_the_tile_follows_the_images_corrupted_colour_and_quadrant():
+    """With every colour and position corrupted, the plate shows the image's (wrong) colour in the image's (wrong)
+    quadrant, like the glyph; the captions stay those of the train split."""
+    rates = Corruption(color=1.0, position=1.0)
+    tile = 0.3
+    images, prompts = sample_corrupted_batch(24, rates, generator=torch.Generator().manual_seed(0),
+                                             corruption_generator=torch.Generator().manual_seed(1), tile=tile)
+    train = set(data.prompt_set("train"))
+    for img, prompt in zip(images, prompts):
+        assert prompt in train
+        spec = data.parse_prompt(prompt)
+        plate = (data.ink_intensity(img[None])[0] - tile).abs() < 1e-6
+        ys, xs = torch.nonzero(plate, as_tuple=True)
+        cy, cx = data.region_center(spec.position)
+        assert abs(ys.float().mean() - cy) > 3 or abs(xs.float().mean() - cx) > 3  # another quadrant
+        rgb = img[:, plate].mean(1) / tile
+        assert not torch.allclose(rgb, torch.tensor(data.COLORS[spec.color]), atol=1e-3)  # another colour
+        assert any(torch.allclose(rgb, torch.tensor(c), atol=1e-5) for c in data.COLORS.values())

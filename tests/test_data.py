@@ -85,3 +85,31 @@ def test_model_space_round_trip():
     assert -1 <= z.min() and z.max() <= 1
     assert torch.allclose(data.to_images(z), x, atol=1e-6)
     assert data.to_images(torch.full((1, 3, 2, 2), 5.0)).max() == 1
+
+
+def test_tile_zero_is_the_default_world_bit_for_bit_and_bad_tiles_are_refused():
+    prompts = data.sample_prompts(12, generator=torch.Generator().manual_seed(3))
+    plain = data.render(prompts, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(plain, data.render(prompts, generator=torch.Generator().manual_seed(4), tile=0.0))
+    for bad in (-0.1, 1.0, "0.2", None):
+        with pytest.raises(ValueError, match="tile"):
+            data.render(prompts, tile=bad)
+
+
+def test_tile_fills_the_prompted_quadrant_with_the_prompted_colour_under_the_glyph():
+    """``ink = colour * max(tile, glyph)`` inside the prompted quadrant, the untiled canvas outside it: the glyph and
+    jitter draws are those of the untiled canvas, so the two differ only where the plate shows."""
+    specs = [data.PromptSpec(d, c, p, s) for d in (0, 7) for c in data.COLORS for p in data.POSITIONS
+             for s in data.SIZES]
+    tile = 0.25
+    plain = data.render(specs, generator=torch.Generator().manual_seed(0))
+    tiled = data.render(specs, generator=torch.Generator().manual_seed(0), tile=tile)
+    for a, b, spec in zip(plain, tiled, specs):
+        y0, x0, y1, x1 = data.POSITIONS[spec.position]
+        inside = torch.zeros(data.CANVAS, data.CANVAS, dtype=torch.bool)
+        inside[y0:y1, x0:x1] = True
+        colour = torch.tensor(data.COLORS[spec.color])[:, None, None]
+        expect = colour * torch.maximum(torch.full_like(a[0], tile), data.ink_intensity(a[None])[0])
+        assert torch.allclose(b[:, inside], expect[:, inside], atol=1e-6)
+        assert torch.equal(b[:, ~inside], a[:, ~inside])  # a large glyph's jitter may spill out of its quadrant
+        assert torch.allclose(data.ink_intensity(b[None])[0][inside].min(), torch.tensor(tile))

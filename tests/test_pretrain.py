@@ -47,3 +47,21 @@ def test_lr_schedule_warms_up_holds_and_cools_down():
     assert f[0] == 0.1 and f[9] == 1.0 and f[59] == 1.0
     assert all(a >= b for a, b in zip(f[59:], f[60:])) and f[99] < 1e-12
     assert _lr_factor(99, PretrainConfig(steps=100, warmup_steps=10, decay_steps=0)) == 1.0
+
+
+def test_the_tile_reaches_the_training_canvases_and_a_bad_tile_fails_before_any_compute(tmp_path, monkeypatch):
+    """``PretrainConfig.tile`` changes the canvases the model is fitted on (so the weights), is recorded in the
+    history, and ``--tile`` outside [0, 1) is refused by the command line before a world is built."""
+    import pytest
+
+    import recast.digits.pretrain as pt
+
+    plain, _ = pretrain(PretrainConfig(steps=2, **TINY))
+    tiled, history = pretrain(PretrainConfig(steps=2, tile=0.3, **TINY))
+    a, b = _weights(plain), _weights(tiled)
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    assert history.config["tile"] == 0.3
+    monkeypatch.setattr(pt, "pretrain", lambda *a, **k: pytest.fail("trained despite a bad --tile"))
+    for bad in ("1.0", "-0.2"):
+        with pytest.raises(SystemExit):
+            pt.main(["--tile", bad, "--out", str(tmp_path / "w")])

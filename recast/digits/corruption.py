@@ -108,7 +108,8 @@ def inject_defects(images: torch.Tensor, corruption: Corruption,
 
 def sample_corrupted_batch(n: int, corruption: Corruption, *, glyph_split: str = "base",
                            generator: torch.Generator | None = None,
-                           corruption_generator: torch.Generator | None = None) -> tuple[torch.Tensor, list[str]]:
+                           corruption_generator: torch.Generator | None = None,
+                           tile: float = 0.0) -> tuple[torch.Tensor, list[str]]:
     """Train-split captions and canvases drawn with corrupted attributes and injected defects.
 
     Args:
@@ -118,12 +119,14 @@ def sample_corrupted_batch(n: int, corruption: Corruption, *, glyph_split: str =
         generator: draws prompts, glyphs and jitter exactly as `data.sample_batch` does.
         corruption_generator: draws the corruption and defects (a separate stream, so the rates do not shift the
             prompt and glyph draws).
+        tile: `data.render`'s colour plate under the glyph (0 = none); it follows the image's (corrupted) colour
+            and quadrant, like the glyph.
 
     Returns:
         ``(images, prompts)``: float32 ``(n, 3, CANVAS, CANVAS)`` in ``[0, 1]`` and the n (uncorrupted) captions.
     """
     prompts = data.sample_prompts(n, split="train", generator=generator)
     specs = corrupt_specs([data.parse_prompt(p) for p in prompts], corruption, corruption_generator)
-    images = data.render(specs, glyph_split=glyph_split, generator=generator)
+    images = data.render(specs, glyph_split=glyph_split, generator=generator, tile=tile)
     images, _ = inject_defects(images, corruption, corruption_generator)
     return images, prompts

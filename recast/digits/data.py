@@ -177,17 +177,24 @@ def _glyph_bank(split: str, size: str) -> tuple[torch.Tensor, list[torch.Tensor]
 
 
 def render(specs: list[PromptSpec] | list[str], *, glyph_split: str = "base",
-           generator: torch.Generator | None = None) -> torch.Tensor:
+           generator: torch.Generator | None = None, tile: float = 0.0) -> torch.Tensor:
     """Render one canvas per prompt.
 
     Args:
         specs: ``PromptSpec``s or prompt texts, length B.
         glyph_split: which glyphs to draw from (``"base"`` or ``"judge"``).
         generator: CPU ``torch.Generator`` for glyph choice and jitter; same state => identical output.
+        tile: intensity in ``[0, 1)`` of a plate of the prompted colour filling the prompted quadrant under the
+            glyph (``ink = colour * max(tile, glyph)`` there). 0, the default world, draws no plate and the same
+            random numbers, so the output is unchanged bit for bit. The plate gives colour and position a
+            low-frequency carrier of 144 pixels, which a noisy canvas reveals at a higher noise level than the
+            glyph's strokes (the tile probe, `scripts/tile_timing_probe.py`).
 
     Returns:
         images: float32 ``(B, 3, CANVAS, CANVAS)`` in ``[0, 1]``.
     """
+    if not (isinstance(tile, (int, float)) and 0.0 <= float(tile) < 1.0):
+        raise ValueError(f"tile must be a number in [0, 1), got {tile!r}")
     specs = [parse_prompt(s) if isinstance(s, str) else s for s in specs]
     B = len(specs)
     u = torch.rand(B, 3, generator=generator)  # glyph choice, y jitter, x jitter
@@ -202,7 +209,13 @@ def render(specs: list[PromptSpec] | list[str], *, glyph_split: str = "base",
         top = min(max(y0 + (y1 - y0 - s) // 2 + jy, 0), CANVAS - s)
         left = min(max(x0 + (x1 - x0 - s) // 2 + jx, 0), CANVAS - s)
         color = torch.tensor(COLORS[spec.color])[:, None, None]
-        images[i, :, top:top + s, left:left + s] = color * glyph
+        if tile > 0:
+            plate = torch.zeros(CANVAS, CANVAS)
+            plate[y0:y1, x0:x1] = float(tile)
+            plate[top:top + s, left:left + s] = torch.maximum(plate[top:top + s, left:left + s], glyph)
+            images[i] = color * plate
+        else:
+            images[i, :, top:top + s, left:left + s] = color * glyph
     return images
 
 

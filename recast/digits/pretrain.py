@@ -55,6 +55,7 @@ class PretrainConfig:
     log_every: int = 10  # record the (mean) loss every this many steps
     progress: bool = True  # show a tqdm progress bar
     corruption: Corruption = Corruption()  # caption corruption / defect rates (recast.digits.corruption); 0 = none
+    tile: float = 0.0  # intensity of the colour plate under the glyph (recast.digits.data.render); 0 = none
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,8 @@ def pretrain(
     running = []
     for step in tqdm(range(config.steps), disable=not config.progress, desc="pretrain"):
         images, prompts = sample_corrupted_batch(config.batch_size, config.corruption, glyph_split="base",
-                                                 generator=data_gen, corruption_generator=corrupt_gen)
+                                                 generator=data_gen, corruption_generator=corrupt_gen,
+                                                 tile=config.tile)
         x0 = to_model(images).to(config.device)
         sigma = sample_sigmas(config.batch_size, config.sigma_sampling, noise_gen).to(config.device)
         eps = torch.randn(x0.shape, generator=noise_gen).to(config.device)
@@ -219,6 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default=PretrainConfig.device)
     parser.add_argument("--corrupt", default="", help="caption corruption / defect rates, e.g. "
                         "'color=0.45,position=0.45,size=0.4,blur=0.3' (recast.digits.corruption.Corruption)")
+    parser.add_argument("--tile", type=float, default=PretrainConfig.tile,
+                        help="intensity in [0, 1) of a colour plate filling the prompted quadrant under the glyph")
     parser.add_argument("--out", help="checkpoint folder to write (replaced atomically)")
     parser.add_argument("--eval", help="instead of training, judge ODE samples of this checkpoint folder")
     parser.add_argument("--n", type=int, default=128, help="--eval: samples per prompt split")
@@ -237,10 +241,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not args.out:
         parser.error("--out is required for training")
+    if not 0.0 <= args.tile < 1.0:
+        parser.error(f"--tile must be in [0, 1), got {args.tile}")
     config = PretrainConfig(steps=args.steps, batch_size=args.batch_size, decay_steps=args.decay_steps,
                             lr=args.lr, warmup_steps=args.warmup_steps, init_from=args.init, preset=args.preset, seed=args.seed,
                             num_threads=args.threads, device=args.device,
-                            corruption=parse_corruption(args.corrupt, parser.error))
+                            corruption=parse_corruption(args.corrupt, parser.error), tile=args.tile)
     world, history = pretrain(config)
     save_world(world, args.out)
     from recast.io import write_json
