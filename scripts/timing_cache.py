@@ -4,6 +4,7 @@
     python scripts/timing_cache.py record --seed 1            # figure 02's second batch
     python scripts/timing_cache.py record --seed 0 --substeps 16 --dir runs/ends_s16_x16   # today's figure 02, 42 min
     python scripts/timing_cache.py record --shift 1 --dir runs/ends_shift1   # the grid without the time shift
+    python scripts/timing_cache.py record --world runs/base_tile0.4 --num-prompts 64 --substeps 16 --dir runs/t04
     python scripts/timing_cache.py record --sigmas 1,0.8,0.68,0.62,0.6,0.54,0 --dir runs/ends_feasible  # any grid
     python scripts/timing_cache.py score digit color position_flat size_half_max sharpness speck_free contrast \
         realism verdict:not_blur verdict:not_speckle --dir runs/ends_shift1 --seeds 0 --csv timing_shift1.csv
@@ -60,6 +61,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rec.add_argument("--sigmas", help="another grid instead of the shifted one: comma-separated, from 1 down to 0")
     rec.add_argument("--x0-substeps", type=int, help="draw the clean batch with these substeps (default --substeps)")
     rec.add_argument("--threads", type=int, default=2)
+    rec.add_argument("--world", default="data/digit_base",
+                     help="the model folder to draw from (relative paths: under the repository); stored in the meta")
     sc = sub.add_parser("score", help="score rewards on stored ends")
     sc.add_argument("names", nargs="+")
     sc.add_argument("--module", help="import candidate rewards from this module first")
@@ -72,13 +75,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
     folder = Path(a.dir) if Path(a.dir).is_absolute() else root / a.dir
     if a.cmd == "record":
         torch.set_num_threads(a.threads)
-        world = load_world(f"digits:{root / 'data/digit_base'}")
+        world_dir = Path(a.world) if Path(a.world).is_absolute() else root / a.world
+        if not (world_dir / "world.json").is_file():
+            ap.error(f"--world {a.world}: no digit-world model there (world.json missing)")
+        world = load_world(f"digits:{world_dir}")
         pool = prompt_set("train")
         prompts = pool[:: max(1, len(pool) // a.num_prompts)][:a.num_prompts]
         sigmas = None if a.sigmas is None else [float(x) for x in a.sigmas.split(",")]
         ends = record_ends(world, prompts, num_rollouts=a.num_rollouts, substeps=a.substeps, shift=a.shift,
                            seed=a.seed, num_steps=6 if sigmas is None else len(sigmas) - 1, sigmas=sigmas,
                            x0_substeps=a.x0_substeps)
+        ends.meta["world"] = a.world
         print(ends.save(folder / f"seed_{a.seed}.pt"))
         return []
     batches = {int(s): RolloutEnds.load(folder / f"seed_{int(s)}.pt") for s in a.seeds.split(",")}

@@ -555,3 +555,45 @@ def test_committed_figure_02_at_16_substeps_is_consistent_and_what_it_says_holds
             assert float(timing[(name, seed)]["com"]) == pytest.approx(c, abs=1e-6), (name, seed)
         for v in ("not_blur", "not_speckle"):
             assert float(timing[(f"verdict:{v}", seed)]["cleanest_third_share"]) > 0.5
+
+
+def test_timing_cache_records_any_world_folder_names_it_in_the_meta_and_refuses_a_missing_one(tmp_path):
+    """`scripts/timing_cache.py record --world DIR` draws from that model folder (the tile probe's fine-tunes) and
+    stores ``meta["world"]``, which `scripts/tile_timing_probe.py timing` reports beside each row; a folder without
+    a world is refused before any model is loaded."""
+    from recast.digits.world import save_world, tiny_world
+    from recast.informativeness.ends import RolloutEnds
+
+    cache, probe = _script("timing_cache"), _script("tile_timing_probe")
+    world_dir = save_world(tiny_world(0), tmp_path / "tiny")
+    with pytest.raises(SystemExit):
+        cache.main(["record", "--world", str(tmp_path / "nowhere"), "--dir", str(tmp_path / "ends")])
+    assert not (tmp_path / "ends").exists()
+    cache.main(["record", "--world", str(world_dir), "--num-prompts", "4", "--num-rollouts", "2", "--substeps", "1",
+                "--threads", "1", "--dir", str(tmp_path / "ends")])
+    ends = RolloutEnds.load(tmp_path / "ends" / "seed_0.pt")
+    assert ends.meta["world"] == str(world_dir) and ends.meta["substeps"] == 1 and len(ends.prompts) == 4
+    rows = probe.timing_rows([str(tmp_path / "ends")], names=("color",), seeds="0,1")  # seed 1 absent: skipped
+    assert [(r["world"], r["folder"], r["name"], r["seed"]) for r in rows] == [(str(world_dir), "ends", "color", 0)]
+    with pytest.raises(FileNotFoundError, match="seed_"):
+        probe.timing_rows([str(tmp_path)], names=("color",))
+
+
+def test_tile_probe_wrong_canvases_are_wrong_on_exactly_the_reward_attribute_or_defect():
+    """`scripts/tile_timing_probe.py`'s negatives: another colour scores < 0.1 on colour and keeps the quadrant; another
+    quadrant scores ~0 on position and keeps the colour; a blurred canvas is less sharp than its own correct canvas,
+    on every tile level."""
+    from recast.digits import data
+    from recast.digits.rewards import get
+
+    probe = _script("tile_timing_probe")
+    prompts = data.sample_prompts(32, generator=torch.Generator().manual_seed(5))
+    colour, position, sharp = (get(n)("cpu") for n in ("color", "position_flat", "sharpness"))
+    for tile in (0.0, 0.3):
+        right = data.render(prompts, generator=torch.Generator().manual_seed(9), tile=tile)
+        other_colour = probe.wrong_canvases(prompts, "color", tile, 9)
+        other_place = probe.wrong_canvases(prompts, "position", tile, 9)
+        blurred = probe.wrong_canvases(prompts, "blur", tile, 9)
+        assert colour(other_colour, prompts).max() < 0.1 and position(other_colour, prompts).min() > 0.95
+        assert position(other_place, prompts).max() < 0.1 and colour(other_place, prompts).min() > 0.95
+        assert (sharp(blurred, prompts) < sharp(right, prompts)).all()
