@@ -138,3 +138,47 @@ def test_committed_tile_bands_are_reproduced_on_the_committed_tile_fine_tune():
                    ("judge", "position", "unplated"): 0.621, ("agreement", "digit", "raw"): 0.840,
                    ("agreement", "realism", "raw"): 0.798}.items():
         assert base[key] == pytest.approx(v, abs=6e-4), key
+
+
+def test_committed_tile_timing_table_says_what_the_readme_reads_from_it():
+    """`timing` of the three worlds' stored ends (64 train prompts x 8 continuations x 16 substeps, batches 0 and
+    1; README "The tile probe"): the 18 MB ends per batch are not committed, so this checks the committed table.
+    At tile 0.4 colour and position are decided in the noisiest third (centre of mass ≤ 1.5) in both batches, the
+    raw digit reward early (it reads the plate) and the unplated one mid; the textures stay late; colour moves
+    earlier with every step of the plate in both batches; and the tile-0 control agrees with figure 02 (256
+    prompts, `timing_s16.csv`) to within its bootstrap spread."""
+    rows = _csv("tile_timing.csv")
+    com = {(r["folder"], r["name"], int(r["seed"])): _num(r["com"]) for r in rows}
+    band = {(r["folder"], r["name"], int(r["seed"])): (_num(r["com_lo"]), _num(r["com_hi"])) for r in rows}
+    assert {r["folder"] for r in rows} == {"tile0", "tile0.2", "tile0.4"}
+    assert {int(r["seed"]) for r in rows} == {0, 1}
+    assert {r["world"] for r in rows if r["folder"] == "tile0.4"} == {"data/probe_tile0.4"}
+    for (folder, name, seed), lo_hi in band.items():
+        assert lo_hi[0] <= com[(folder, name, seed)] <= lo_hi[1], (folder, name, seed)
+    for seed in (0, 1):
+        for name in ("color", "position_flat"):
+            assert com[("tile0.4", name, seed)] <= 1.5, (name, seed)
+        assert com[("tile0.4", "digit", seed)] < 2.0
+        assert 2.5 <= com[("tile0.4", "unplated:digit@0.4", seed)] <= 3.2
+        assert com[("tile0", "color", seed)] > com[("tile0.2", "color", seed)] > com[("tile0.4", "color", seed)]
+    # the control: 64 prompts on the committed world against figure 02's 256, same seeds; its largest gap (0.32,
+    # size_half_max in batch 0) is the floor below which a move of the centre of mass is not read as the plate's
+    figure02 = {(r["name"], int(r["seed"])): _num(r["com"]) for r in _csv("timing_s16.csv")}
+    gaps = [abs(com[("tile0", n, s)] - figure02[(n, s)]) for (f, n, s) in com if f == "tile0" and (n, s) in figure02]
+    assert len(gaps) == 16 and max(gaps) <= 0.35
+    floor = max(gaps)
+    for seed in (0, 1):
+        assert com[("tile0", "color", seed)] - com[("tile0.4", "color", seed)] > floor
+        assert com[("tile0", "position_flat", seed)] - com[("tile0.4", "position_flat", seed)] > floor
+        # the textures do not move earlier than the control's floor, on either front, and stay in the late half
+        for folder, tile in (("tile0.2", "0.2"), ("tile0.4", "0.4")):
+            for name in ("sharpness", "speck_free", "verdict:not_blur", "verdict:not_speckle"):
+                for n in (name, f"unplated:{name}@{tile}"):
+                    assert com[(folder, n, seed)] >= max(3.1, com[("tile0", name, seed)] - floor), (folder, n, seed)
+
+
+def test_timing_refuses_a_folder_without_recorded_batches(tmp_path):
+    probe = _probe()
+    (tmp_path / "seed_3.pt").write_bytes(b"")  # a batch, but not one that was asked for
+    with pytest.raises(FileNotFoundError, match="timing_cache.py record"):
+        probe.timing_rows([str(tmp_path)], seeds="0,1")
