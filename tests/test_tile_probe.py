@@ -103,8 +103,12 @@ def test_committed_tile_rewards_table_is_reproduced_at_tile_0_4():
     assert len(fresh) == len(committed) == 7 + 7 + 4 + 7
     for got, want in zip(fresh, committed):
         assert (got["front"], got["kind"], got["name"]) == (want["front"], want["kind"], want["name"])
+        # a judge's pass rate may move by a canvas or two that sits on the digit SVC's boundary, where the installed
+        # libraries' float rounding decides it (raw digit 0.3320 in the install that first wrote the table, 0.3340
+        # on a fresh install of 2026-12-03, which wrote the committed one); the rewards agree to 1e-7
+        tol = 2.0 / 512 if want["kind"] == "judge" else 1e-6
         for k in ("mean_right", "mean_wrong", "auc"):
-            assert _close(got[k], want[k]), (want["front"], want["name"], k)
+            assert _close(got[k], want[k], tol), (want["front"], want["name"], k)
     val = {(r["front"], r["kind"], r["name"]): r for r in fresh}
     assert min(val[("raw", "reward", n)]["auc"] for n in probe.WRONG) >= 0.89
     assert max(val[("raw", "judge", j)]["mean_right"] for j in ("digit", "size", "not_blur")) < 0.52
