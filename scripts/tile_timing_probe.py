@@ -59,6 +59,27 @@ def unplate(images, tile: float):
     return ((images - tile) / (1.0 - tile)).clamp(0.0, 1.0)
 
 
+def plate_levels(images):
+    """The plate level each canvas draws: the largest over the four quadrants of the 10 % quantile of the ink
+    intensity (`recast.digits.data.ink_intensity`). On a real tiled canvas fewer than 90 % of the quadrant's pixels
+    carry glyph ink above the plate, so this is exactly the tile level; on a plain canvas it is 0. A model's samples
+    draw their plates at varying levels, which `unplate_drawn` removes one by one; the quantile, not the minimum,
+    keeps a sample's pixel noise from setting the level."""
+    import torch
+
+    from recast.digits import data
+
+    ink = data.ink_intensity(images.float())
+    low = [ink[:, y0:y1, x0:x1].flatten(1).quantile(0.1, dim=1) for (y0, x0, y1, x1) in data.POSITIONS.values()]
+    return torch.stack(low, dim=1).amax(dim=1)
+
+
+def unplate_drawn(images, cap: float = 0.95):
+    """`unplate` at each canvas' own `plate_levels` (capped below 1) instead of the nominal tile level."""
+    levels = plate_levels(images).clamp(0.0, cap)[:, None, None, None]
+    return ((images.float() - levels) / (1.0 - levels)).clamp(0.0, 1.0)
+
+
 def unplated(name: str, tile: float):
     """Reward or ``verdict:<judge>`` ``name`` read on `unplate`d canvases: ``(images, prompts) -> float (B,)``."""
     import torch
@@ -166,9 +187,10 @@ def timing_rows(folders: list[str], names=TIMING_REWARDS, seeds: str = "0,1", un
 
 def band_rows(folders: list[str], n: int = 256, seed: int = 0, split: str = "test") -> list[dict]:
     """The ``bands`` table: `recast.digits.audit`'s judge accuracies and defect rates of each world's ODE samples
-    (10 steps, shift 3) beside `BANDS`, the judges reading `unplate`d samples (and, on a tile world, the raw ones
-    too); and every reward's AUC against the unplated judges, raw and (glyph rewards) unplated. On the committed
-    world (tile 0) every row equals `python -m recast.digits.audit data/digit_base --n 256`."""
+    (10 steps, shift 3) beside `BANDS`, the judges reading `unplate`d samples (and, on a tile world, the raw ones,
+    and ``front="drawn"``: `unplate_drawn` at each sample's own plate level, whose mean and s.d. are the
+    ``kind="plate"`` rows); and every reward's AUC against the unplated judges, raw and (glyph rewards) unplated.
+    On the committed world (tile 0) every row equals `python -m recast.digits.audit data/digit_base --n 256`."""
     from recast.digits import rewards as R
     from recast.digits.audit import BANDS, sample_world
     from recast.digits.judges.agreement import MATCHING_VERDICT, reward_judge_agreement
@@ -184,9 +206,14 @@ def band_rows(folders: list[str], n: int = 256, seed: int = 0, split: str = "tes
         tile = world_tile(folder)
         images, prompts = sample_world(load_world(f"digits:{path}"), n=n, split=split, seed=seed)
         view = unplate(images.clamp(0, 1), tile)
-        for front, canvases in (("unplated", view), ("raw", images)):
-            if front == "raw" and tile == 0:
-                continue  # the same canvases as the unplated row
+        fronts = [("unplated", view)]
+        if tile > 0:  # on the committed world both are the unplated canvases
+            fronts += [("raw", images), ("drawn", unplate_drawn(images.clamp(0, 1)))]
+            levels = plate_levels(images.clamp(0, 1)).double()
+            for k, v in (("level_mean", levels.mean()), ("level_sd", levels.std())):
+                rows.append({"world": folder, "tile": tile, "kind": "plate", "name": k, "front": "raw",
+                             "value": float(v), "band_lo": float("nan"), "band_hi": float("nan"), "n": n})
+        for front, canvases in fronts:
             judges = {k: v for k, v in judge_report(canvases, prompts).as_dict().items() if k != "n"}
             judges.update({f"defect_{k}": v for k, v in defect_report(canvases).as_dict().items() if k != "n"})
             for k, v in judges.items():

@@ -54,6 +54,23 @@ def test_unplate_of_a_tiled_canvas_is_unplate_of_the_plain_canvas(tile):
     torch.testing.assert_close(probe.unplate(plain, tile), expect, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("tile", [0.0, 0.2, 0.4])
+def test_plate_levels_of_real_canvases_are_the_tile_level_and_unplate_drawn_is_unplate_there(tile):
+    """A real canvas's glyph covers less than half its quadrant, so the brightest quadrant's median ink is the plate:
+    exactly ``tile`` (0 on a plain canvas), and `unplate_drawn` then equals `unplate` at the nominal level."""
+    from recast.digits import data
+
+    probe = _probe()
+    specs = [data.PromptSpec(d, c, p, s) for d in (0, 1, 8) for c in data.COLORS for p in data.POSITIONS
+             for s in data.SIZES]
+    x = data.render(specs, generator=torch.Generator().manual_seed(6), tile=tile)
+    torch.testing.assert_close(probe.plate_levels(x), torch.full((len(specs),), tile), atol=1e-6, rtol=0)
+    torch.testing.assert_close(probe.unplate_drawn(x), probe.unplate(x, tile), atol=1e-6, rtol=0)
+    # a plate drawn dimmer than nominal is found at its own level
+    dim = x * 0.75
+    torch.testing.assert_close(probe.plate_levels(dim), torch.full((len(specs),), 0.75 * tile), atol=1e-6, rtol=0)
+
+
 def test_unplate_is_the_judges_clamp_at_zero_and_refuses_a_level_outside_0_1():
     probe = _probe()
     x = torch.linspace(-0.5, 1.5, 60).reshape(1, 3, 4, 5)
@@ -136,6 +153,11 @@ def test_committed_tile_bands_are_reproduced_on_the_committed_tile_fine_tune():
     assert val[("judge", "defect_fade", "unplated")] < 0.2 <= val[("judge", "defect_fade", "raw")] <= 0.6
     for m in ("digit", "sharpness", "speck_free"):
         assert max(val[("agreement", m, "raw")], val[("agreement", m, "unplated")]) < 0.8, m
+    # the samples' plates are not flat at 0.4: their low end (the 10 % quantile) lies at 0.27 +- 0.07; removing each
+    # sample's own level lifts the digit judge (0.13 -> 0.21) but not into its band, and still blinds the fade judge
+    assert val[("plate", "level_mean", "raw")] < 0.35 and 0.03 < val[("plate", "level_sd", "raw")] < 0.1
+    assert val[("judge", "digit", "unplated")] < val[("judge", "digit", "drawn")] < 0.25
+    assert val[("judge", "defect_fade", "drawn")] < 0.2
     base = {(r["kind"], r["name"], r["front"]): _num(r["value"]) for r in _csv("tile_bands.csv")
             if r["world"] == "data/digit_base"}
     for key, v in {("judge", "digit", "unplated"): 0.352, ("judge", "color", "unplated"): 0.539,
