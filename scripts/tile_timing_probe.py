@@ -8,8 +8,8 @@ pixels of known shape carrying exactly colour and position. This probe measures,
 committed stage-4 recipe plus ``--tile s`` (data/README.md, "The tile probe"), whether that moves the attributes'
 gains earlier and the textures' not, and what it costs the bands and the agreement.
 
-    python scripts/tile_timing_probe.py rewards            # do the rewards and judges still read tiled canvases? 1 min
-    python scripts/tile_timing_probe.py bands data/digit_base data/probe_tile0.4 runs/base_tile0.2      # 1.5 min
+    python scripts/tile_timing_probe.py rewards            # do the rewards and judges still read tiled canvases? 8 s
+    python scripts/tile_timing_probe.py bands data/digit_base runs/base_tile0.2 data/probe_tile0.4      # 40 s
     python scripts/tile_timing_probe.py timing runs/tile_ends/tile0 runs/tile_ends/tile0.2 runs/tile_ends/tile0.4
 
 The rewards and judges that read the glyph were built on plate-free canvases. `unplate` removes a plate of known
