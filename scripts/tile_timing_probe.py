@@ -56,7 +56,12 @@ def unplate(images, tile: float):
     is the identity (after the judges' own clamp to [0, 1])."""
     if not 0.0 <= tile < 1.0:
         raise ValueError(f"tile must be in [0, 1), got {tile!r}")
-    return ((images - tile) / (1.0 - tile)).clamp(0.0, 1.0)
+    return _remove_level(images, tile)
+
+
+def _remove_level(images, level):
+    """``clamp((x - level) / (1 - level), 0, 1)``: a float level, or one per canvas shaped ``(B, 1, 1, 1)``."""
+    return ((images - level) / (1.0 - level)).clamp(0.0, 1.0)
 
 
 def plate_levels(images):
@@ -74,10 +79,11 @@ def plate_levels(images):
     return torch.stack(low, dim=1).amax(dim=1)
 
 
-def unplate_drawn(images, cap: float = 0.95):
-    """`unplate` at each canvas' own `plate_levels` (capped below 1) instead of the nominal tile level."""
-    levels = plate_levels(images).clamp(0.0, cap)[:, None, None, None]
-    return ((images.float() - levels) / (1.0 - levels)).clamp(0.0, 1.0)
+def unplate_drawn(images, levels=None, cap: float = 0.95):
+    """`unplate` at each canvas' own level (``levels``, `plate_levels` by default; capped below 1) instead of the
+    nominal tile level."""
+    levels = plate_levels(images) if levels is None else levels
+    return _remove_level(images.float(), levels.clamp(0.0, cap)[:, None, None, None])
 
 
 def unplated(name: str, tile: float):
@@ -205,12 +211,13 @@ def band_rows(folders: list[str], n: int = 256, seed: int = 0, split: str = "tes
             raise FileNotFoundError(f"{folder}: no digit-world model there (world.json missing)")
         tile = world_tile(folder)
         images, prompts = sample_world(load_world(f"digits:{path}"), n=n, split=split, seed=seed)
-        view = unplate(images.clamp(0, 1), tile)
+        clamped = images.clamp(0, 1)
+        view = unplate(clamped, tile)
         fronts = [("unplated", view)]
         if tile > 0:  # on the committed world both are the unplated canvases
-            fronts += [("raw", images), ("drawn", unplate_drawn(images.clamp(0, 1)))]
-            levels = plate_levels(images.clamp(0, 1)).double()
-            for k, v in (("level_mean", levels.mean()), ("level_sd", levels.std())):
+            levels = plate_levels(clamped)
+            fronts += [("raw", images), ("drawn", unplate_drawn(clamped, levels))]
+            for k, v in (("level_mean", levels.double().mean()), ("level_sd", levels.double().std())):
                 rows.append({"world": folder, "tile": tile, "kind": "plate", "name": k, "front": "raw",
                              "value": float(v), "band_lo": float("nan"), "band_hi": float("nan"), "n": n})
         for front, canvases in fronts:
