@@ -16,8 +16,15 @@ def _row(reward, seed, digit, color, fid, train):
 
 
 def test_every_reward_with_a_judge_has_matching_judges():
-    assert set(MATCHING_JUDGES) == set(MATCHING_VERDICT) | {"placebo"}
+    from recast.digits.rewards import ORACLE_VERDICTS
+
+    assert set(MATCHING_JUDGES) == set(MATCHING_VERDICT) | {"placebo"} | set(ORACLE_VERDICTS)
     assert MATCHING_JUDGES["placebo"] == () and all(MATCHING_JUDGES[r] for r in MATCHING_VERDICT)
+    # each oracle is held to the rule of the setting rewards it is the ceiling for: the same matching judges
+    for oracle, reward in [("oracle_digit", "digit"), ("oracle_color", "color"), ("oracle_position", "position_flat"),
+                           ("oracle_size", "size_half_max"), ("oracle_not_blur", "sharpness"),
+                           ("oracle_not_speckle", "speck_free"), ("oracle_not_fade", "contrast")]:
+        assert MATCHING_JUDGES[oracle] == MATCHING_JUDGES[reward], oracle
 
 
 def test_the_placebo_passes_when_it_lowers_no_judge():

@@ -40,9 +40,12 @@ def _other(values, v):
 
 
 def test_registry_names_settings_and_unknown():
-    in_no_setting = {"placebo", "position", "size", "clean", "clean_mass", "speck_free_abs", "sharpness_steep",
-                     "sharpness_steep_hinged"}
+    in_no_setting = {"placebo", "position", "size", "clean", "clean_mass", "contrast_flat", "wash_free",
+                     "speck_free_abs",
+                     "sharpness_steep",
+                     "sharpness_steep_hinged"} | set(rewards.ORACLE_VERDICTS)
     assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | in_no_setting
+    assert not set(rewards.ORACLE_VERDICTS) & {n for s in rewards.SETTINGS.values() for n in s}  # controls only
     assert rewards.SETTINGS["compose"] == ("digit", "color", "position_flat", "size_half_max", "sharpness")
     assert rewards.SETTINGS["quality"] == ("sharpness", "speck_free", "contrast", "realism")
     assert rewards.SETTINGS["timing"] == ("color", "speck_free")
@@ -115,7 +118,11 @@ def test_placebo_is_deterministic_uniform_and_unrelated_to_every_reward(fns):
     assert abs(r.mean().item() - 0.5) < 0.06 and abs(r.std().item() - 12 ** -0.5) < 0.04  # U(0, 1): 0.5, 0.289
     for name, other in fns.items():
         if name != "placebo":
-            corr = torch.corrcoef(torch.stack([r, other(images, prompts)]))[0, 1].item()
+            o = other(images, prompts)
+            if o.std() == 0:  # a verdict every degraded real canvas passes (the position oracle): no correlation
+                assert name in rewards.ORACLE_VERDICTS, name
+                continue
+            corr = torch.corrcoef(torch.stack([r, o]))[0, 1].item()
             assert abs(corr) < 0.25, (name, corr)  # null s.d. at n = 256 is 0.0625
 
 
@@ -137,7 +144,8 @@ def test_compose_rewards_respond_to_their_attribute(batch, fns):
 
 @pytest.mark.parametrize("name,kind", [("sharpness", "blur"), ("clean", "speckle"), ("clean", "noise"),
                                        ("speck_free", "speckle"), ("clean_mass", "speckle"), ("clean_mass", "noise"), ("contrast", "fade"),
-                                       ("contrast", "bleed"), ("color", "bleed")])
+                                       ("contrast", "bleed"), ("contrast_flat", "fade"), ("contrast_flat", "bleed"),
+                                       ("wash_free", "fade"), ("color", "bleed")])  # wash_free: bleed -0.11 only
 def test_quality_rewards_drop_under_degradation(batch, fns, name, kind):
     images, prompts, gen = batch
     _lower(fns[name], images, degrade(images, kind, 1.0, gen), prompts)
@@ -151,7 +159,8 @@ def test_realism_drops_under_every_degradation(batch, fns, kind):
 
 def test_rewards_are_monotone_in_degradation_strength(batch, fns):
     images, prompts, gen = batch
-    for name, kind in [("sharpness", "blur"), ("clean", "noise"), ("clean_mass", "noise"), ("contrast", "fade")]:
+    for name, kind in [("sharpness", "blur"), ("clean", "noise"), ("clean_mass", "noise"), ("contrast", "fade"),
+                       ("contrast_flat", "fade"), ("wash_free", "fade")]:
         means = [fns[name](degrade(images, kind, s, gen), prompts).mean() for s in (0.0, 0.5, 1.0)]
         assert means[0] >= means[1] >= means[2], (name, means)
 
@@ -553,3 +562,77 @@ def test_steep_guard_probe_texture_gate_pays_a_smooth_edge_whole_and_scales_a_pi
     assert steep(line, p).item() > 0.5
     assert textured(line, p).item() == pytest.approx(steep(line, p).item() * 5 / 6, rel=1e-5)
     assert textured(board, p).item() < 0.2 * max(steep(board, p).item(), 1e-3)
+
+
+def test_each_oracle_is_its_judges_verdict_exactly(fns):
+    """The oracle control scores 1 where its held-out judge passes a sample and 0 where it fails it, on real,
+    degraded and wrong-attribute canvases alike (so both values occur), clamping out-of-range pixels first."""
+    from recast.digits.judges.agreement import judge_verdicts
+
+    gen = torch.Generator().manual_seed(3)
+    images, prompts = data.sample_batch(64, generator=gen)
+    images = torch.cat([images, random_degrade(images, gen)])
+    # the second half: degraded canvases under prompts whose every attribute is another value
+    swap = {a: (lambda values: lambda v: _other(values, v))(v) for a, v in
+            [("digit", data.DIGITS), ("color", data.COLORS), ("position", data.POSITIONS), ("size", data.SIZES)]}
+    prompts = prompts + [s.text for s in _edit(prompts, **swap)]
+    verdicts = judge_verdicts(images, prompts)
+    for name, verdict in rewards.ORACLE_VERDICTS.items():
+        r = fns[name](images, prompts)
+        assert r.dtype == torch.float32 and set(r.unique().tolist()) == {0.0, 1.0}, name
+        assert r.equal(verdicts[verdict].float()), name
+        assert fns[name](images * 1.5 - 0.25, prompts).equal(judge_verdicts((images * 1.5 - 0.25).clamp(0, 1),
+                                                                           prompts)[verdict].float()), name
+    # the attribute oracles read the prompt: no real canvas passes under both its own and the swapped attribute
+    for name in ("oracle_digit", "oracle_color", "oracle_position", "oracle_size"):
+        assert (fns[name](images[:64], prompts[64:]) + fns[name](images[:64], prompts[:64]) <= 1).all(), name
+
+
+def test_contrast_flat_is_contrast_with_a_flat_top_on_the_ink_level(fns):
+    """``contrast_flat = contrast / max(level, L)``: contrast rescaled by 1 / L where the ink level is below the real
+    floor L, saturation times (1 - background) above it (1 on real canvases), so ink brighter than a real glyph's
+    pays it nothing."""
+    from recast.digits.rewards.digit import _contrast_terms, contrast_level_floor
+
+    L = contrast_level_floor()
+    assert 0.55 < L < 0.65  # real levels run 0.57-0.94 (the dim anti-aliased rim); base samples' median is 0.43
+    gen = torch.Generator().manual_seed(11)
+    images, prompts = data.sample_batch(512, generator=gen)  # fresh real canvases, not the floor's
+    flat, old = fns["contrast_flat"], fns["contrast"]
+    level, sat, background = _contrast_terms(images)
+    assert torch.allclose(sat, torch.ones_like(sat), atol=1e-5) and (background == 0).all()  # only the level varies
+    r = flat(images, prompts)
+    assert (r > 1 - 1e-5).float().mean() > 0.97 and torch.equal(r > 1 - 1e-5, level >= L)
+    # below the floor it is contrast itself; above it contrast keeps paying for brighter ink, contrast_flat does not
+    for x in (images, degrade(images, "fade", 1.0, gen), images * 0.5, images.sqrt()):
+        lv = _contrast_terms(x)[0]
+        torch.testing.assert_close(flat(x, prompts), old(x, prompts) / lv.clamp(min=L))
+    bright = images.sqrt()  # every anti-aliased rim pixel brighter: a glyph no real canvas has
+    assert old(bright, prompts).mean() > old(images, prompts).mean() + 0.03  # contrast pays for it
+    assert (flat(bright, prompts) >= flat(images, prompts) - 1e-6).all() and (flat(bright, prompts) > 1 - 1e-5).all()
+    # dimming the ink below the floor costs it in proportion
+    torch.testing.assert_close(flat(images * 0.5, prompts), (0.5 * level / L).clamp(max=1.0), atol=1e-6, rtol=1e-5)
+
+
+def test_wash_free_reads_the_wash_not_the_brightness_of_the_ink(fns):
+    """``wash_free = saturation * (1 - background) * min(1, ink mass / 2)``: 1 on real canvases at any ink
+    brightness (contrast pays for brighter ink), lowered by a grey wash in proportion to it, 0 on an empty canvas."""
+    from recast.digits.rewards.digit import WASH_FREE_INK_MASS, _contrast_terms, above_background
+
+    gen = torch.Generator().manual_seed(12)
+    images, prompts = data.sample_batch(256, generator=gen)
+    wash = fns["wash_free"]
+    for a in (1.0, 0.6, 0.3):  # dimmer palette ink on black: still no wash, so still 1 (while mass >= 2)
+        x = images * a
+        keep = above_background(x).sum((1, 2)) >= WASH_FREE_INK_MASS
+        assert keep.float().mean() > 0.95
+        torch.testing.assert_close(wash(x, prompts)[keep], torch.ones(int(keep.sum())), atol=1e-5, rtol=0)
+    assert fns["contrast"](images * 0.6, prompts).mean() < 0.6 * fns["contrast"](images, prompts).mean() + 1e-6
+    # a uniform grey wash g on every channel: background g, saturation (I - g) / I on the ink
+    for g in (0.05, 0.1, 0.2):
+        x = images * (1 - g) + g
+        _, sat, background = _contrast_terms(x)
+        torch.testing.assert_close(background, torch.full_like(background, g), atol=1e-6, rtol=0)
+        torch.testing.assert_close(wash(x, prompts), (sat * (1 - g)).clamp(0, 1), atol=1e-6, rtol=1e-5)
+        assert (wash(x, prompts) < 1 - g + 1e-6).all()
+    assert (wash(torch.zeros_like(images), prompts) == 0).all()  # erasing does not pay

@@ -21,7 +21,8 @@ MATCHING_VERDICT: dict[str, str] = {
     "sharpness": "not_blur", "clean": "not_speckle", "clean_mass": "not_speckle",
     "speck_free": "not_speckle", "speck_free_abs": "not_speckle", "sharpness_steep": "not_blur",
     "sharpness_steep_hinged": "not_blur",
-    "contrast": "not_fade", "realism": "defect_free",
+    "contrast": "not_fade", "contrast_flat": "not_fade", "wash_free": "not_fade",
+    "realism": "defect_free",
 }
 
 

@@ -112,6 +112,32 @@ def _realism_factory(device: torch.device | str = "cpu", weights_dir=None) -> Re
     return realism
 
 
+# verdict of `recast.digits.judges.agreement.judge_verdicts` -> the oracle control trained on it (`_oracle`)
+ORACLE_VERDICTS: dict[str, str] = {
+    "oracle_digit": "digit", "oracle_color": "color", "oracle_position": "position", "oracle_size": "size",
+    "oracle_not_blur": "not_blur", "oracle_not_speckle": "not_speckle", "oracle_not_fade": "not_fade",
+}
+
+
+def _oracle(verdict: str) -> Factory:
+    """A held-out judge's own 0/1 verdict as the training reward: a control, in no setting, never a reward to ship.
+
+    It breaks the rule every training reward keeps (an independent route to the judge's property), on purpose: it
+    is the best reward the single-reward rule could ask for, so its runs measure what the world and the preset can
+    teach when reward design is taken out. A setting reward that fails the rule where its oracle also fails is not
+    failing for want of a better design (README "The oracle control"). Range {0, 1}."""
+    from recast.digits.judges.agreement import verdict_reward
+
+    def factory(device: torch.device | str = "cpu") -> RewardFn:
+        fn = _on(verdict_reward(verdict), torch.device(device))
+        fn.__doc__ = _oracle.__doc__
+        fn.__name__ = f"oracle_{verdict}"
+        return fn
+
+    factory.__doc__ = _oracle.__doc__
+    return factory
+
+
 _REGISTRY: dict[str, Factory] = {
     "digit": _digit_factory,
     "color": _rule(_rules.color_reward),
@@ -120,6 +146,9 @@ _REGISTRY: dict[str, Factory] = {
     "sharpness": _rule(_rules.sharpness_reward),
     "clean": _rule(_rules.clean_reward),
     "contrast": _rule(_rules.contrast_reward),
+    # contrast with a flat top on the ink level, and without the level, in no setting (README "The oracle control")
+    "contrast_flat": _rule(_rules.contrast_flat_reward),
+    "wash_free": _rule(_rules.wash_free_reward),
     "realism": _realism_factory,
     # compose's position and size since the blur round: position with a flat top, size on the half-maximum extent
     "position_flat": _rule(_rules.position_flat_reward),
@@ -133,6 +162,8 @@ _REGISTRY: dict[str, Factory] = {
     "sharpness_steep_hinged": _rule(_steep.sharpness_steep_hinged_reward),
     # no signal, in no setting: the null of training for the single-reward runs (`recast.alone`)
     "placebo": _rule(_rules.placebo_reward),
+    # the ceiling: each held-out verdict as its own training reward, in no setting (`_oracle`, `recast.alone`)
+    **{name: _oracle(verdict) for name, verdict in ORACLE_VERDICTS.items()},
 }
 
 
@@ -164,4 +195,4 @@ def get(name: str) -> Factory:
     return _REGISTRY[name]
 
 
-__all__ = ["BUDGETS", "SETTINGS", "RewardFn", "get", "names"]
+__all__ = ["BUDGETS", "ORACLE_VERDICTS", "SETTINGS", "RewardFn", "get", "names"]
