@@ -473,3 +473,106 @@ def test_committed_steep_guard_samples_show_the_two_routes():
         assert float(erased["ink_mass"]) < STEEP_INK_HINGE < float(hinged["ink_mass"]) < 2 / 3 * float(b["ink_mass"])
         assert float(erased["steep_steps"]) > 2 * float(b["steep_steps"])
         assert float(erased["alternation"]) > float(hinged["alternation"]) > float(b["alternation"])
+
+
+def test_committed_oracle_table_the_setting_rewards_failures_are_their_oracles_failures():
+    """The oracle round (README "The oracle control"): each held-out verdict trained as its own reward, 5 seeds, 256
+    samples, against the placebo. Recomputed from its committed runs it is the committed table. Only the fade
+    oracle passes. The colour, digit, size and speckle oracles raise their judges and blur (the digit, colour and
+    speckle oracles also against the placebo); the position oracle costs colour (a tie against the placebo), as
+    position_flat does; the blur oracle hacks the Fréchet distance and the attribute judges, which the sharpness
+    reward does not. The placebo's runs are the stored-ends round's, to 1e-8."""
+    from pathlib import Path
+
+    from recast.alone import versus_control
+    from recast.io import read_csv
+
+    runs, table = _committed_alone_table("alone_oracle_reeval256")
+    verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
+    assert verdict == {"placebo": True, "oracle_digit": False, "oracle_color": False, "oracle_position": False,
+                       "oracle_size": False, "oracle_not_blur": False, "oracle_not_speckle": False,
+                       "oracle_not_fade": True}, verdict
+    matching_up = {(r["reward"], r["judge"]): r["improved"] for r in table if r["matching"] and r["judge"] != "*"}
+    assert all(v for k, v in matching_up.items() if k != ("oracle_not_blur", "judge/fid")
+               and k != ("oracle_not_speckle", "judge/fid"))  # every oracle raises its own verdict's judge
+    worse = {}
+    for r in table:
+        if r["worse"] and r["judge"] != "*":
+            worse.setdefault(r["reward"], []).append(r["judge"])
+    assert worse == {"oracle_digit": ["judge/defect_blur"], "oracle_color": ["judge/defect_blur"],
+                     "oracle_position": ["judge/color"], "oracle_size": ["judge/defect_blur"],
+                     "oracle_not_blur": ["judge/digit", "judge/color", "judge/position", "judge/defect_speckle",
+                                         "judge/fid"],
+                     "oracle_not_speckle": ["judge/defect_blur"]}, worse
+    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    assert sorted(k for k, v in vs.items() if v == "worse") == [
+        ("oracle_color", "judge/defect_blur"), ("oracle_digit", "judge/defect_blur"),
+        ("oracle_not_blur", "judge/color"), ("oracle_not_speckle", "judge/defect_blur")]
+    assert vs[("oracle_position", "judge/color")] == "tie" and vs[("oracle_size", "judge/size")] == "tie"
+    older = {int(r["seed"]): r for r in read_csv(Path(__file__).resolve().parents[1] / "data" / "results"
+                                                 / "alone_glyph_round2_reeval256_runs.csv") if r["budget"] == "placebo"}
+    for r in (r for r in runs if r["budget"] == "placebo"):
+        for k in (k for k in r if k.startswith(("judge/", "base:judge/"))):
+            assert float(r[k]) == pytest.approx(float(older[int(r["seed"])][k]), abs=1e-8, rel=0), k
+
+
+def test_committed_contrast_round_each_redesign_removes_a_cost_and_wash_free_still_blurs():
+    """The contrast round (README "The oracle control"): contrast, whose oracle passes, fails on the Fréchet distance,
+    colour and size; contrast_flat (a flat top on the ink level) keeps the colour and size costs and gains Fréchet
+    distance; wash_free (no ink level) loses neither and gains the most Fréchet distance, and fails on blur by more
+    than a seed-std, a tie against the placebo. contrast's and the placebo's runs are the steep-guard round's."""
+    from pathlib import Path
+
+    from recast.alone import versus_control
+    from recast.io import read_csv
+
+    runs, table = _committed_alone_table("alone_contrast_round_reeval256")
+    t = {(r["reward"], r["judge"]): r for r in table}
+    assert {r["reward"]: r["improved"] for r in table if r["judge"] == "*"} == {
+        "contrast": False, "contrast_flat": False, "wash_free": False, "placebo": True}
+    worse = {}
+    for r in table:
+        if r["worse"] and r["judge"] != "*":
+            worse.setdefault(r["reward"], []).append(r["judge"])
+    assert worse == {"contrast": ["judge/color", "judge/size", "judge/fid"],
+                     "contrast_flat": ["judge/color", "judge/size"], "wash_free": ["judge/defect_blur"]}, worse
+    for reward in ("contrast", "contrast_flat", "wash_free"):
+        assert t[(reward, "judge/defect_fade")]["improved"]
+    assert t[("wash_free", "judge/fid")]["delta"] < t[("contrast_flat", "judge/fid")]["delta"] < 0 < \
+        t[("contrast", "judge/fid")]["delta"]
+    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    assert not [k for k, v in vs.items() if v == "worse"]
+    assert vs[("wash_free", "judge/defect_blur")] == "tie" and vs[("wash_free", "judge/fid")] == "better"
+    older = {(r["budget"], int(r["seed"])): r for r in read_csv(Path(__file__).resolve().parents[1] / "data"
+                                                                / "results" / "alone_contrast_realism_reeval256_runs.csv")}
+    for r in (r for r in runs if r["budget"] in ("contrast", "placebo")):
+        for k in (k for k in r if k.startswith(("judge/", "base:judge/"))):
+            assert float(r[k]) == pytest.approx(float(older[(r["budget"], int(r["seed"]))][k]), abs=1e-8, rel=0), k
+
+
+def test_committed_contrast_probe_every_contrast_variant_grows_the_glyph_and_the_fade_oracle_does_not():
+    """`scripts/contrast_probe.py`'s committed table (README "The oracle control"), seeds 0-2, base -> final: every
+    contrast variant clears the background and grows the glyph (inked pixels up by more than half, the side past a
+    large glyph's 12 px for contrast and contrast_flat), in the order of how much it pays for ink level; the fade
+    oracle clears the background as much and leaves the glyph's size and level as they were."""
+    from pathlib import Path
+
+    from recast.io import read_csv
+
+    rows = read_csv(Path(__file__).resolve().parents[1] / "data" / "results" / "contrast_probe.csv")
+
+    def mean(reward, policy, key):
+        sel = [float(r[key]) for r in rows if r["reward"] == reward and r["policy"] == policy]
+        assert len(sel) == 3
+        return sum(sel) / 3
+
+    base = {k: mean("placebo", "base", k) for k in ("inked_pixels", "side", "level", "background")}
+    for reward in ("contrast", "contrast_flat", "wash_free", "oracle_not_fade"):
+        assert mean(reward, "base", "inked_pixels") == pytest.approx(base["inked_pixels"], abs=1e-9)  # same noise
+        assert mean(reward, "final", "background") < base["background"] / 5
+    grown = [mean(r, "final", "inked_pixels") for r in ("contrast", "contrast_flat", "wash_free")]
+    assert grown[0] > grown[1] > grown[2] > 1.5 * base["inked_pixels"]
+    assert mean("contrast", "final", "side") > 12 and mean("contrast_flat", "final", "side") > 12
+    assert mean("oracle_not_fade", "final", "inked_pixels") < 1.1 * base["inked_pixels"]
+    assert mean("oracle_not_fade", "final", "side") < base["side"] + 0.5
+    assert mean("oracle_not_fade", "final", "level") < base["level"] + 0.06 < mean("wash_free", "final", "level")
