@@ -36,8 +36,8 @@ MATCHING_JUDGES: dict[str, tuple[str, ...]] = {
     # the null: a reward with no signal (a hash of the pixels) has no judge to raise, and passes when it lowers none.
     # What it does to the judges is what optimisation noise alone does, the control for every row above.
     "placebo": (),
-    # the ceiling: a held-out verdict as its own reward (`recast.digits.rewards.ORACLE_VERDICTS`), matched to the
-    # same judges as the setting rewards it controls, so it is held to the same rule
+    # the oracle controls: a held-out verdict as its own reward (`recast.digits.rewards.ORACLE_VERDICTS`), matched
+    # to the same judges as the setting rewards it controls, so it is held to the same rule
     "oracle_digit": ("judge/digit",), "oracle_color": ("judge/color",), "oracle_position": ("judge/position",),
     "oracle_size": ("judge/size",), "oracle_not_blur": ("judge/defect_blur", "judge/fid"),
     "oracle_not_speckle": ("judge/defect_speckle", "judge/fid"), "oracle_not_fade": ("judge/defect_fade", "judge/fid"),

@@ -543,8 +543,8 @@ def test_committed_contrast_round_each_redesign_removes_a_cost_and_wash_free_sti
     vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
     assert not [k for k, v in vs.items() if v == "worse"]
     assert vs[("wash_free", "judge/defect_blur")] == "tie" and vs[("wash_free", "judge/fid")] == "better"
-    older = {(r["budget"], int(r["seed"])): r for r in read_csv(Path(__file__).resolve().parents[1] / "data"
-                                                                / "results" / "alone_contrast_realism_reeval256_runs.csv")}
+    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    older = {(r["budget"], int(r["seed"])): r for r in read_csv(results / "alone_contrast_realism_reeval256_runs.csv")}
     for r in (r for r in runs if r["budget"] in ("contrast", "placebo")):
         for k in (k for k in r if k.startswith(("judge/", "base:judge/"))):
             assert float(r[k]) == pytest.approx(float(older[(r["budget"], int(r["seed"]))][k]), abs=1e-8, rel=0), k

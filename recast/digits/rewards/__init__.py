@@ -123,9 +123,11 @@ def _oracle(verdict: str) -> Factory:
     """A held-out judge's own 0/1 verdict as the training reward: a control, in no setting, never a reward to ship.
 
     It breaks the rule every training reward keeps (an independent route to the judge's property), on purpose: it
-    is the best reward the single-reward rule could ask for, so its runs measure what the world and the preset can
-    teach when reward design is taken out. A setting reward that fails the rule where its oracle also fails is not
-    failing for want of a better design (README "The oracle control"). Range {0, 1}."""
+    agrees with its judge perfectly, so its single-reward runs show what learning the property costs the other
+    judges once reward design is taken out. A cost that a setting reward and its oracle both pay comes with learning
+    the property in this world, not from the reward's design (README "The oracle control"). It is not a ceiling: a
+    0/1 verdict is a coarser signal than a smooth reward, and colour and sharpness pass the rule where their oracles
+    fail. Range {0, 1}."""
     from recast.digits.judges.agreement import verdict_reward
 
     def factory(device: torch.device | str = "cpu") -> RewardFn:
@@ -162,7 +164,7 @@ _REGISTRY: dict[str, Factory] = {
     "sharpness_steep_hinged": _rule(_steep.sharpness_steep_hinged_reward),
     # no signal, in no setting: the null of training for the single-reward runs (`recast.alone`)
     "placebo": _rule(_rules.placebo_reward),
-    # the ceiling: each held-out verdict as its own training reward, in no setting (`_oracle`, `recast.alone`)
+    # the oracle controls: each held-out verdict as its own training reward, in no setting (`_oracle`, `recast.alone`)
     **{name: _oracle(verdict) for name, verdict in ORACLE_VERDICTS.items()},
 }
 
