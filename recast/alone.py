@@ -335,6 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reeval-prompts", type=int, default=0,
                    help="re-score base and final policy of every run on this many test samples (`reevaluate`) "
                         "instead of the training-time evaluations (0: use those)")
+    p.add_argument("--policy", choices=("ema", "params"), default="ema",
+                   help="with --reeval-prompts: score the final EMA (what the trainer evaluates at the cpu preset for "
+                        "a reward list) or the raw trained weights (what compose evaluates, ema_decay 0; the EMA is "
+                        "evaluation-only, so the runs are the same)")
     p.add_argument("--control", help="also compare every reward's judge changes with this reward's runs at the same "
                                      "seeds (`versus_control`; e.g. placebo, which must be among --rewards)")
     a = p.parse_args(argv)
@@ -342,13 +346,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--control {a.control} must be one of --rewards ({a.rewards})")
     if a.reeval_prompts < 0:
         p.error(f"--reeval-prompts must be >= 0, got {a.reeval_prompts}")
+    if a.policy != "ema" and not a.reeval_prompts:
+        p.error("--policy params needs --reeval-prompts (the training-time evaluations score the EMA)")
     runs = plan_alone(rewards=tuple(x for x in a.rewards.split(",") if x),
                       seeds=tuple(int(s) for s in a.seeds.split(",") if s), world=a.world, preset=a.preset,
                       iterations=a.iterations, out_root=a.out, kl_beta=a.kl_beta)
     report = run_sweep(runs, jobs=a.jobs)
     for path, err in report.failed.items():
         print(f"failed: {path}\n{err}")
-    rows = reevaluate(runs, num_prompts=a.reeval_prompts) if a.reeval_prompts else collect(runs)
+    rows = reevaluate(runs, num_prompts=a.reeval_prompts, which=a.policy) if a.reeval_prompts else collect(runs)
     table = alone_table(rows)
     write_csv(results_dir() / f"{a.name}_runs.csv", rows)
     write_csv(results_dir() / f"{a.name}.csv", table)

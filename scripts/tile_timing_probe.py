@@ -46,6 +46,11 @@ TIMING_REWARDS: tuple[str, ...] = ("color", "position_flat", "size_half_max", "d
 # the rewards that read the glyph, not its colour or place: in a tile world they (and every judge) need the plate
 # removed first, which ``unplated:<name>@<tile>`` does
 GLYPH_REWARDS: tuple[str, ...] = ("size_half_max", "digit", "sharpness", "speck_free")
+# the rewards whose agreement `bands` reports: those with a matching judge when the probe ran (2026-12-03); later
+# candidates (contrast_flat, wash_free) are not scored, so the committed tile_bands.csv stays the probe's record
+BAND_REWARDS: tuple[str, ...] = ("digit", "color", "position", "position_flat", "size", "size_half_max", "sharpness",
+                                 "clean", "clean_mass", "speck_free", "speck_free_abs", "sharpness_steep",
+                                 "sharpness_steep_hinged", "contrast", "realism")
 
 
 def unplate(images, tile: float):
@@ -199,7 +204,7 @@ def band_rows(folders: list[str], n: int = 256, seed: int = 0, split: str = "tes
     On the committed world (tile 0) every row equals `python -m recast.digits.audit data/digit_base --n 256`."""
     from recast.digits import rewards as R
     from recast.digits.audit import BANDS, sample_world
-    from recast.digits.judges.agreement import MATCHING_VERDICT, reward_judge_agreement
+    from recast.digits.judges.agreement import reward_judge_agreement
     from recast.digits.judges.attributes import judge_report
     from recast.digits.judges.defects import defect_report
     from recast.world import load_world
@@ -228,7 +233,7 @@ def band_rows(folders: list[str], n: int = 256, seed: int = 0, split: str = "tes
                 rows.append({"world": folder, "tile": tile, "kind": "judge", "name": k, "front": front,
                              "value": float(v), "band_lo": lo, "band_hi": hi, "n": n})
         for front, canvases in (("raw", images), ("unplated", view)):
-            names = [m for m in MATCHING_VERDICT if front == "raw" or m in GLYPH_REWARDS]
+            names = [m for m in BAND_REWARDS if front == "raw" or m in GLYPH_REWARDS]
             scores = {m: R.get(m)("cpu")(canvases, prompts) for m in names}
             # the judges read the unplated samples in both rows: only the reward's front differs
             for m, a in reward_judge_agreement(view, prompts, scores).items():

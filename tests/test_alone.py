@@ -211,6 +211,19 @@ def test_reevaluate_pairs_base_and_final_on_more_samples(tmp_path, monkeypatch):
         reevaluate(runs[:1], num_prompts=6)
 
 
+def test_cli_policy_params_needs_a_reevaluation_and_is_refused_before_any_run(tmp_path, capsys):
+    """``--policy params`` scores the raw trained weights, which only a re-evaluation can (the training-time
+    evaluations score the EMA): without ``--reeval-prompts`` it is refused before any run is planned or trained."""
+    from recast.alone import main
+
+    with pytest.raises(SystemExit) as err:
+        main(["--rewards", "color", "--seeds", "0,1", "--policy", "params", "--out", str(tmp_path / "alone")])
+    assert err.value.code == 2 and "--policy params needs --reeval-prompts" in capsys.readouterr().err
+    assert not (tmp_path / "alone").exists()
+    with pytest.raises(SystemExit):
+        main(["--rewards", "color", "--policy", "old"])
+
+
 def _draw_rows(delta, base):
     """Rows of seeds × draws with judge/blur = base + delta (lower is better) and judge/strict = base − delta."""
     rows = []

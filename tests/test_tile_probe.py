@@ -139,7 +139,10 @@ def test_committed_tile_bands_are_reproduced_on_the_committed_tile_fine_tune():
     README reads from them: colour and position stay in band, the digit judge leaves its band on either front (0.13
     unplated, 0.15 raw), the fade defect leaves it once unplated (0.00; 0.29 raw), and digit, sharpness and speck_free lose the agreement (< 0.8) on either front. The control rows of the
     committed base are its audit (`tests/test_base_model.py`, README)."""
+    from recast.digits.judges.agreement import MATCHING_VERDICT
+
     probe = _probe()
+    assert set(probe.BAND_REWARDS) <= set(MATCHING_VERDICT)  # the probe's rewards, each still with its judge
     committed = [r for r in _csv("tile_bands.csv") if r["world"] == "data/probe_tile0.4"]
     fresh = probe.band_rows(["data/probe_tile0.4"], n=256)
     assert len(fresh) == len(committed) > 0
