@@ -589,3 +589,25 @@ def test_committed_contrast_probe_every_contrast_variant_grows_the_glyph_and_the
     assert mean("oracle_not_fade", "final", "inked_pixels") < 1.1 * base["inked_pixels"]
     assert mean("oracle_not_fade", "final", "side") < base["side"] + 0.5
     assert mean("oracle_not_fade", "final", "level") < base["level"] + 0.06 < mean("wash_free", "final", "level")
+
+
+def test_committed_oracle_params_table_the_blur_costs_are_not_the_emas():
+    """The oracle and contrast rounds' runs re-scored on their raw trained weights (README "The oracle control";
+    the EMA is evaluation-only, so these are the same runs as compose evaluates them): the blur costs of the digit,
+    colour and speckle oracles and of wash_free stay, each also against the placebo; the size oracle passes; the
+    placebo itself fails, on digit, one of the rule's false alarms (0.34 over 9 judges)."""
+    from recast.alone import versus_control
+
+    runs, table = _committed_alone_table("alone_oracle_params_reeval256")
+    assert {r["policy"] for r in runs} == {"params"}
+    verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
+    assert [k for k, v in verdict.items() if v] == ["oracle_size", "oracle_not_fade"], verdict
+    t = {(r["reward"], r["judge"]): r for r in table}
+    for reward in ("oracle_digit", "oracle_color", "oracle_not_speckle", "wash_free"):
+        assert t[(reward, "judge/defect_blur")]["worse"], reward
+    assert [j for (rw, j), r in t.items() if rw == "placebo" and r["worse"] and j != "*"] == ["judge/digit"]
+    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    assert sorted(k for k, v in vs.items() if v == "worse") == [
+        ("oracle_color", "judge/defect_blur"), ("oracle_digit", "judge/defect_blur"),
+        ("oracle_not_blur", "judge/color"), ("oracle_not_blur", "judge/digit"),
+        ("oracle_not_speckle", "judge/defect_blur"), ("wash_free", "judge/defect_blur")]
