@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "changes_over_seeds", "alone_table",
+__all__ = ["MATCHING_JUDGES", "base_and_final_samples", "plan_alone", "probe_args", "sample_probe", "change_over_seeds", "changes_over_seeds", "alone_table",
            "versus_control", "rule_false_alarm", "reevaluate", "draw_spread", "main"]
 
 # reward -> the held-out judges that check the same property
@@ -146,6 +146,57 @@ def versus_control(rows: list[dict], control: str = "placebo", *, confidence: fl
                         "n": d.n, "delta": d.mean, "lo": d.ci_low, "hi": d.ci_high,
                         "verdict": {"win": "better", "loss": "worse"}.get(d.verdict, "tie")})
     return out
+
+
+def base_and_final_samples(rewards, seeds, *, root: str | Path = "runs/alone", num_prompts: int = 128):
+    """For each finished single-reward run ``<root>/<reward>/seed_<seed>``, the base model (adapters off) and then
+    the final EMA policy sampled on ``num_prompts`` test prompts with the same noise (seed + 1000): yields
+    ``(reward, seed, policy, images, prompts)`` with ``policy`` "base" or "final". The probes of what a run changes in
+    its samples (`scripts/alone_samples_probe.py`, `scripts/contrast_probe.py`) read these."""
+    from dataclasses import replace
+
+    from recast.judge_eval import load_policy, sample_test_prompts
+
+    for reward in rewards:
+        for seed in seeds:
+            base = load_policy(f"{root}/{reward}/seed_{seed}", "base")
+            for policy, loaded in (("base", base), ("final", replace(base, which="ema"))):
+                images, prompts = sample_test_prompts(loaded, num_prompts, seed=seed + 1000, batch_size=64)
+                yield reward, seed, policy, images, prompts
+
+
+def probe_args(description: str, argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line of those probes: rewards (positional), ``--seeds`` (default 0,1,2), ``--root``,
+    ``--num-prompts`` (default 128)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("rewards", nargs="+")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--root", default="runs/alone")
+    ap.add_argument("--num-prompts", type=int, default=128)
+    a = ap.parse_args(argv)
+    a.seeds = tuple(int(s) for s in a.seeds.split(",") if s)
+    return a
+
+
+def sample_probe(description: str, argv: list[str] | None, measure, out_name: str) -> list[dict]:
+    """Run a sample probe: `probe_args`, then one row ``{reward, seed, policy, **measure(images, prompts)}`` per
+    `base_and_final_samples` draw (2 threads), each printed as it comes; writes the rows to ``<results>/out_name``
+    (`recast.sweep.results_dir`) and returns them."""
+    import torch
+
+    from recast.io import write_csv
+    from recast.sweep import results_dir
+
+    a = probe_args(description, argv)
+    torch.set_num_threads(2)
+    rows = []
+    for reward, seed, policy, images, prompts in base_and_final_samples(a.rewards, a.seeds, root=a.root,
+                                                                         num_prompts=a.num_prompts):
+        rows.append({"reward": reward, "seed": seed, "policy": policy, **measure(images, prompts)})
+        print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in rows[-1].items()),
+              flush=True)
+    write_csv(results_dir() / out_name, rows)
+    return rows
 
 
 def rule_false_alarm(n_seeds: int, n_judges: int = 1) -> float:

@@ -11,12 +11,9 @@ glyph's normalised steepest step (the blur judge's statistic) and the canvas' pe
 
 from __future__ import annotations
 
-import argparse
-from dataclasses import replace
 
-
-def main(argv: list[str] | None = None) -> list[dict]:
-    import torch
+def measure(images, prompts) -> dict:
+    """One probe row's speck and blur statistics of a policy's samples."""
     import torch.nn.functional as F
 
     from recast.digits import data
@@ -24,41 +21,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from recast.digits.judges.ink import split_ink
     from recast.digits.rewards.digit import above_background
     from recast.digits.rewards.specks import _speck_windows
-    from recast.io import write_csv
-    from recast.judge_eval import load_policy, sample_test_prompts
-    from recast.sweep import results_dir
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("rewards", nargs="+")
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--root", default="runs/alone")
-    ap.add_argument("--num-prompts", type=int, default=128)
-    a = ap.parse_args(argv)
-    torch.set_num_threads(2)
-    rows = []
-    for reward in a.rewards:
-        for seed in (int(s) for s in a.seeds.split(",")):
-            base = load_policy(f"{a.root}/{reward}/seed_{seed}", "base")
-            for policy, loaded in (("base", base), ("final", replace(base, which="ema"))):
-                images, _ = sample_test_prompts(loaded, a.num_prompts, seed=seed + 1000, batch_size=64)
-                I = data.ink_intensity(images)
-                glyph, specks = split_ink(I)
-                J = above_background(images)
-                rel = _speck_windows(J)[:, 0] / 9
-                far = F.max_pool2d(glyph[:, None].float(), 13, 1, 6)[:, 0] == 0  # >= 7 px from the glyph
-                j = judge_defects(images)
-                row = {"reward": reward, "seed": seed, "policy": policy,
-                       "blur": j.blur.float().mean().item(), "speckle": j.speckle.float().mean().item(),
-                       "judge_specks": specks.float().mean().item(),
-                       "speck_free_count": rel.sum((1, 2)).mean().item(),
-                       "speck_free_count_far_share": ((rel * far).sum() / rel.sum().clamp_min(1e-9)).item(),
-                       "speck_free_abs_count": (_speck_windows(J, absolute=True)[:, 0] / 9).sum((1, 2)).mean().item(),
-                       "max_step": _max_step(I, glyph).mean().item(), "peak": J.flatten(1).amax(1).mean().item()}
-                rows.append(row)
-                print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
-                      flush=True)
-    write_csv(results_dir() / "alone_samples_probe.csv", rows)
-    return rows
+    I = data.ink_intensity(images)
+    glyph, specks = split_ink(I)
+    J = above_background(images)
+    rel = _speck_windows(J)[:, 0] / 9
+    far = F.max_pool2d(glyph[:, None].float(), 13, 1, 6)[:, 0] == 0  # >= 7 px from the glyph
+    j = judge_defects(images)
+    return {"blur": j.blur.float().mean().item(), "speckle": j.speckle.float().mean().item(),
+            "judge_specks": specks.float().mean().item(), "speck_free_count": rel.sum((1, 2)).mean().item(),
+            "speck_free_count_far_share": ((rel * far).sum() / rel.sum().clamp_min(1e-9)).item(),
+            "speck_free_abs_count": (_speck_windows(J, absolute=True)[:, 0] / 9).sum((1, 2)).mean().item(),
+            "max_step": _max_step(I, glyph).mean().item(), "peak": J.flatten(1).amax(1).mean().item()}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    from recast.alone import sample_probe
+
+    return sample_probe(__doc__.splitlines()[0], argv, measure, "alone_samples_probe.csv")
 
 
 if __name__ == "__main__":

@@ -12,49 +12,29 @@ Analysis only (README "The oracle control").
 
 from __future__ import annotations
 
-import argparse
-from dataclasses import replace
 
-
-def main(argv: list[str] | None = None) -> list[dict]:
-    import torch
-
+def measure(images, prompts) -> dict:
+    """One probe row's statistics of a policy's samples."""
     from recast.digits import data
     from recast.digits.judges.attributes import _mask_stats, _side, judge_attributes
     from recast.digits.judges.defects import judge_defects
     from recast.digits.rewards.digit import _contrast_terms
-    from recast.io import write_csv
-    from recast.judge_eval import load_policy, sample_test_prompts
-    from recast.sweep import results_dir
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("rewards", nargs="+")
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--root", default="runs/alone")
-    ap.add_argument("--num-prompts", type=int, default=128)
-    a = ap.parse_args(argv)
-    torch.set_num_threads(2)
-    rows = []
-    for reward in a.rewards:
-        for seed in (int(s) for s in a.seeds.split(",")):
-            base = load_policy(f"{a.root}/{reward}/seed_{seed}", "base")
-            for policy, loaded in (("base", base), ("final", replace(base, which="ema"))):
-                images, prompts = sample_test_prompts(loaded, a.num_prompts, seed=seed + 1000, batch_size=64)
-                images = images.clamp(0, 1)
-                level, sat, background = _contrast_terms(images)
-                _, _, count, box = _mask_stats(images)
-                j, d = judge_attributes(images, prompts), judge_defects(images)
-                row = {"reward": reward, "seed": seed, "policy": policy, "level": level.mean().item(),
-                       "saturation": sat.mean().item(), "background": background.mean().item(),
-                       "peak": data.ink_intensity(images).flatten(1).amax(1).mean().item(),
-                       "inked_pixels": count.float().mean().item(), "side": _side(box).mean().item(),
-                       "color": j.color.float().mean().item(), "size": j.size.float().mean().item(),
-                       "blur": d.blur.float().mean().item(), "fade": d.fade.float().mean().item()}
-                rows.append(row)
-                print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
-                      flush=True)
-    write_csv(results_dir() / "contrast_probe.csv", rows)
-    return rows
+    images = images.clamp(0, 1)
+    level, sat, background = _contrast_terms(images)
+    _, _, count, box = _mask_stats(images)
+    j, d = judge_attributes(images, prompts), judge_defects(images)
+    return {"level": level.mean().item(), "saturation": sat.mean().item(), "background": background.mean().item(),
+            "peak": data.ink_intensity(images).flatten(1).amax(1).mean().item(),
+            "inked_pixels": count.float().mean().item(), "side": _side(box).mean().item(),
+            "color": j.color.float().mean().item(), "size": j.size.float().mean().item(),
+            "blur": d.blur.float().mean().item(), "fade": d.fade.float().mean().item()}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    from recast.alone import sample_probe
+
+    return sample_probe(__doc__.splitlines()[0], argv, measure, "contrast_probe.csv")
 
 
 if __name__ == "__main__":

@@ -611,3 +611,15 @@ def test_committed_oracle_params_table_the_blur_costs_are_not_the_emas():
         ("oracle_color", "judge/defect_blur"), ("oracle_digit", "judge/defect_blur"),
         ("oracle_not_blur", "judge/color"), ("oracle_not_blur", "judge/digit"),
         ("oracle_not_speckle", "judge/defect_blur"), ("wash_free", "judge/defect_blur")]
+
+
+def test_probe_args_and_base_and_final_samples_refuse_a_missing_run_before_sampling(tmp_path):
+    """The sample probes' shared command line (`probe_args`) and sampler (`base_and_final_samples`): seeds parse to
+    ints, the defaults are seeds 0-2 and 128 prompts, and a run directory that does not exist is named at once."""
+    from recast.alone import base_and_final_samples, probe_args
+
+    a = probe_args("probe", ["contrast", "placebo", "--seeds", "3,4", "--root", str(tmp_path)])
+    assert a.rewards == ["contrast", "placebo"] and a.seeds == (3, 4) and a.num_prompts == 128
+    assert probe_args("probe", ["x"]).seeds == (0, 1, 2)
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        next(base_and_final_samples(["contrast"], (0,), root=tmp_path))
