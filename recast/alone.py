@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MATCHING_JUDGES", "base_and_final_samples", "plan_alone", "probe_args", "sample_probe", "change_over_seeds", "changes_over_seeds", "alone_table",
-           "versus_control", "rule_false_alarm", "reevaluate", "draw_spread", "main"]
+__all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "changes_over_seeds", "alone_table",
+           "versus_control", "base_and_final_samples", "probe_args", "sample_probe", "rule_false_alarm", "reevaluate",
+           "draw_spread", "main"]
 
 # reward -> the held-out judges that check the same property
 MATCHING_JUDGES: dict[str, tuple[str, ...]] = {

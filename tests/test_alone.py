@@ -328,6 +328,31 @@ def _committed_alone_table(name: str):
     return runs, table
 
 
+def _worse_judges(table: list[dict]) -> dict[str, list[str]]:
+    """reward -> the judges an `alone_table` calls worse by more than one seed-std, in table order."""
+    worse = {}
+    for r in table:
+        if r["worse"] and r["judge"] != "*":
+            worse.setdefault(r["reward"], []).append(r["judge"])
+    return worse
+
+
+def _assert_same_runs(runs: list[dict], earlier: str, budgets: tuple[str, ...]) -> None:
+    """The rows of ``budgets`` in ``runs`` carry the same judges, base and final, as the committed
+    ``data/results/<earlier>_runs.csv`` at the same seeds, to 1e-8: re-trained runs reproduce the earlier round's."""
+    from pathlib import Path
+
+    from recast.io import read_csv
+
+    older = {(r["budget"], int(r["seed"])): r
+             for r in read_csv(Path(__file__).resolve().parents[1] / "data" / "results" / f"{earlier}_runs.csv")}
+    rows = [r for r in runs if r["budget"] in budgets]
+    assert {r["budget"] for r in rows} == set(budgets)
+    for r in rows:
+        for k in (k for k in r if k.startswith(("judge/", "base:judge/"))):
+            assert float(r[k]) == pytest.approx(float(older[(r["budget"], int(r["seed"]))][k]), abs=1e-8, rel=0), k
+
+
 def test_committed_glyph_round_alone_table_gives_the_readme_verdicts():
     """The glyph-only round's single-reward table (README "Each reward alone"): recomputed from its committed runs it
     is the committed table; sharpness and clean pass the rule on the glyph-only blur judge, speck_free fails on blur
@@ -356,10 +381,7 @@ def test_committed_second_glyph_round_alone_table_gives_the_readme_verdicts():
     assert verdict == {"speck_free_abs": False, "digit": False, "color": True, "position_flat": False,
                        "size_half_max": False, "placebo": True}, verdict
     matching_up = {r["reward"]: r["improved"] for r in table if r["matching"] and r["judge"] != "*"}
-    worse = {}
-    for r in table:
-        if r["worse"] and r["judge"] != "*":
-            worse.setdefault(r["reward"], []).append(r["judge"])
+    worse = _worse_judges(table)
     assert worse == {"digit": ["judge/defect_blur"], "position_flat": ["judge/color"],
                      "speck_free_abs": ["judge/defect_blur"]}, worse
     assert matching_up["color"] and matching_up["digit"] and matching_up["position_flat"]
@@ -495,10 +517,7 @@ def test_committed_oracle_table_the_setting_rewards_failures_are_their_oracles_f
     speckle oracles also against the placebo); the position oracle costs colour (a tie against the placebo), as
     position_flat does; the blur oracle hacks the Fréchet distance and the attribute judges, which the sharpness
     reward does not. The placebo's runs are the stored-ends round's, to 1e-8."""
-    from pathlib import Path
-
     from recast.alone import versus_control
-    from recast.io import read_csv
 
     runs, table = _committed_alone_table("alone_oracle_reeval256")
     verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
@@ -508,10 +527,7 @@ def test_committed_oracle_table_the_setting_rewards_failures_are_their_oracles_f
     matching_up = {(r["reward"], r["judge"]): r["improved"] for r in table if r["matching"] and r["judge"] != "*"}
     assert all(v for k, v in matching_up.items() if k != ("oracle_not_blur", "judge/fid")
                and k != ("oracle_not_speckle", "judge/fid"))  # every oracle raises its own verdict's judge
-    worse = {}
-    for r in table:
-        if r["worse"] and r["judge"] != "*":
-            worse.setdefault(r["reward"], []).append(r["judge"])
+    worse = _worse_judges(table)
     assert worse == {"oracle_digit": ["judge/defect_blur"], "oracle_color": ["judge/defect_blur"],
                      "oracle_position": ["judge/color"], "oracle_size": ["judge/defect_blur"],
                      "oracle_not_blur": ["judge/digit", "judge/color", "judge/position", "judge/defect_speckle",
@@ -522,11 +538,7 @@ def test_committed_oracle_table_the_setting_rewards_failures_are_their_oracles_f
         ("oracle_color", "judge/defect_blur"), ("oracle_digit", "judge/defect_blur"),
         ("oracle_not_blur", "judge/color"), ("oracle_not_speckle", "judge/defect_blur")]
     assert vs[("oracle_position", "judge/color")] == "tie" and vs[("oracle_size", "judge/size")] == "tie"
-    older = {int(r["seed"]): r for r in read_csv(Path(__file__).resolve().parents[1] / "data" / "results"
-                                                 / "alone_glyph_round2_reeval256_runs.csv") if r["budget"] == "placebo"}
-    for r in (r for r in runs if r["budget"] == "placebo"):
-        for k in (k for k in r if k.startswith(("judge/", "base:judge/"))):
-            assert float(r[k]) == pytest.approx(float(older[int(r["seed"])][k]), abs=1e-8, rel=0), k
+    _assert_same_runs(runs, "alone_glyph_round2_reeval256", ("placebo",))
 
 
 def test_committed_contrast_round_each_redesign_removes_a_cost_and_wash_free_still_blurs():
@@ -534,19 +546,13 @@ def test_committed_contrast_round_each_redesign_removes_a_cost_and_wash_free_sti
     colour and size; contrast_flat (a flat top on the ink level) keeps the colour and size costs and gains Fréchet
     distance; wash_free (no ink level) loses neither and gains the most Fréchet distance, and fails on blur by more
     than a seed-std, a tie against the placebo. contrast's and the placebo's runs are the steep-guard round's."""
-    from pathlib import Path
-
     from recast.alone import versus_control
-    from recast.io import read_csv
 
     runs, table = _committed_alone_table("alone_contrast_round_reeval256")
     t = {(r["reward"], r["judge"]): r for r in table}
     assert {r["reward"]: r["improved"] for r in table if r["judge"] == "*"} == {
         "contrast": False, "contrast_flat": False, "wash_free": False, "placebo": True}
-    worse = {}
-    for r in table:
-        if r["worse"] and r["judge"] != "*":
-            worse.setdefault(r["reward"], []).append(r["judge"])
+    worse = _worse_judges(table)
     assert worse == {"contrast": ["judge/color", "judge/size", "judge/fid"],
                      "contrast_flat": ["judge/color", "judge/size"], "wash_free": ["judge/defect_blur"]}, worse
     for reward in ("contrast", "contrast_flat", "wash_free"):
@@ -556,11 +562,7 @@ def test_committed_contrast_round_each_redesign_removes_a_cost_and_wash_free_sti
     vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
     assert not [k for k, v in vs.items() if v == "worse"]
     assert vs[("wash_free", "judge/defect_blur")] == "tie" and vs[("wash_free", "judge/fid")] == "better"
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
-    older = {(r["budget"], int(r["seed"])): r for r in read_csv(results / "alone_contrast_realism_reeval256_runs.csv")}
-    for r in (r for r in runs if r["budget"] in ("contrast", "placebo")):
-        for k in (k for k in r if k.startswith(("judge/", "base:judge/"))):
-            assert float(r[k]) == pytest.approx(float(older[(r["budget"], int(r["seed"]))][k]), abs=1e-8, rel=0), k
+    _assert_same_runs(runs, "alone_contrast_realism_reeval256", ("contrast", "placebo"))
 
 
 def test_committed_contrast_probe_every_contrast_variant_grows_the_glyph_and_the_fade_oracle_does_not():
