@@ -557,6 +557,7 @@ def test_committed_contrast_round_each_redesign_removes_a_cost_and_wash_free_sti
                      "contrast_flat": ["judge/color", "judge/size"], "wash_free": ["judge/defect_blur"]}, worse
     for reward in ("contrast", "contrast_flat", "wash_free"):
         assert t[(reward, "judge/defect_fade")]["improved"]
+        assert t[(reward, "*")]["delta"] > 2 * t[(reward, "*")]["seed_std"] > 0  # its own training reward rose
     assert t[("wash_free", "judge/fid")]["delta"] < t[("contrast_flat", "judge/fid")]["delta"] < 0 < \
         t[("contrast", "judge/fid")]["delta"]
     vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
