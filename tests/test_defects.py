@@ -63,3 +63,54 @@ def test_blur_is_judged_on_the_glyph_so_specks_do_not_hide_it(real):
     j_blurred, j_sharp = judge_defects(blurred), judge_defects(sharp)
     assert j_blurred.speckle.all() and j_blurred.blur.float().mean() > 0.9
     assert j_sharp.speckle.all() and j_sharp.blur.float().mean() < 0.05
+
+
+def test_clip_isolated_peaks_removes_one_pixel_specks_and_keeps_strokes():
+    from recast.digits.judges.ink import clip_isolated_peaks
+
+    I = torch.zeros(1, 8, 8)
+    I[0, 2, 2] = 1.0  # a lone speck: every neighbour is 0
+    I[0, 5, 1:5] = 0.9  # a stroke four pixels long
+    I[0, 0, 7] = 0.7  # a speck in the corner: the border reads as 0
+    out = clip_isolated_peaks(I)
+    assert out[0, 2, 2] == 0 and out[0, 0, 7] == 0
+    assert torch.equal(out[0, 5], I[0, 5])
+    assert (out <= I).all()
+    bump = torch.zeros(1, 5, 5)
+    bump[0, 2, 2], bump[0, 2, 3] = 1.0, 0.4  # a peak beside a dimmer neighbour drops to that neighbour's level
+    assert clip_isolated_peaks(bump)[0, 2, 2].item() == pytest.approx(0.4)
+
+
+def test_clip_isolated_peaks_keeps_real_glyphs_verdicts(real):
+    """On real canvases the clipping moves the steepest glyph step (a clipped stroke tip lowers the glyph's peak,
+    which normalises the steps) by at most 0.18 and by nothing in most, and changes no blur verdict."""
+    from recast.digits.judges.defects import BLUR_MAX_STEP, _max_step
+    from recast.digits.judges.ink import clip_isolated_peaks, split_ink
+
+    I = data.ink_intensity(real)
+    before = _max_step(I, split_ink(I)[0])
+    smooth = clip_isolated_peaks(I)
+    after = _max_step(smooth, split_ink(smooth)[0])
+    assert (after - before).abs().median() < 1e-6 and (after - before).abs().max() < 0.2
+    assert torch.equal(after < BLUR_MAX_STEP, before < BLUR_MAX_STEP)
+
+
+@pytest.mark.parametrize("glyph_split", ["base", "judge"])
+def test_blur_verdict_is_blind_to_specks_where_training_puts_them(glyph_split):
+    """Ground truth: canvases blurred and speckled as pretraining injects them (`inject_defects`, specks anywhere on
+    the canvas, blur first). A speck within two pixels of a blurred glyph is part of the glyph; until the
+    peak-clipping round its one-pixel step hid the blur in 63 % of these canvases (recall 0.37 with specks, 1.00
+    without), so every policy that removed specks was judged blurrier. Now recall with specks is within 0.08 of recall
+    without them, specks raise no false alarm, and the two verdicts are nearly independent, as injected."""
+    from recast.digits.corruption import Corruption, inject_defects
+
+    g, cg = torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)
+    prompts = data.sample_prompts(1024, split="train", generator=g)
+    images = data.render([data.parse_prompt(p) for p in prompts], glyph_split=glyph_split, generator=g)
+    out, applied = inject_defects(images, Corruption(blur=0.65, speckle=0.35, fade=0.25), cg)
+    j = judge_defects(out)
+    b, s = applied["blur"], applied["speckle"]
+    recall_specks, recall_clean = j.blur[b & s].float().mean(), j.blur[b & ~s].float().mean()
+    assert recall_clean > 0.98 and recall_specks > 0.9 and recall_clean - recall_specks < 0.08
+    assert j.blur[~b & s].float().mean() < 0.03 and j.blur[~b & ~s].float().mean() < 0.03
+    assert (j.blur[j.speckle].float().mean() - j.blur[~j.speckle].float().mean()).abs() < 0.08

@@ -9,7 +9,10 @@ without the other by exploiting a quirk of either:
   0.9 px) at most ~0.5. Only steps within one pixel of the glyph count (`recast.digits.judges.ink.split_ink`): a
   stray speck is a steep step of its own. Until the glyph-only round it hid blur: of the speckled base samples 3 %
   were judged blurred on the whole canvas, 42 % are on the glyph, and the two verdicts were coupled
-  (`scripts/speck_probe.py`).
+  (`scripts/speck_probe.py`). A speck that lands within ``SPECK_GAP`` pixels of the glyph is part of the glyph, so
+  until the peak-clipping round it still hid blur: of training canvases both blurred and speckled by
+  `recast.digits.corruption.DEFECTS`, 37 % were judged blurred, against 100 % of those blurred alone. The verdict
+  now reads the ink map with its isolated peaks clipped (`recast.digits.judges.ink.clip_isolated_peaks`): 93 %.
   (The ``sharpness`` reward measures mean gradient energy relative to ink energy instead.)
 - ``speckle``: at least ``SPECKLE_MIN_COUNT`` specks, small components of the ink mask far from the glyph
   (`recast.digits.judges.ink.split_ink`). (The ``clean`` reward measures soft stray intensity outside a dilated stroke mask
@@ -28,7 +31,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from recast.digits import data
-from recast.digits.judges.ink import split_ink
+from recast.digits.judges.ink import clip_isolated_peaks, split_ink
 
 __all__ = ["DefectJudgement", "DefectReport", "judge_defects", "defect_report"]
 
@@ -93,8 +96,10 @@ def judge_defects(images: torch.Tensor) -> DefectJudgement:
     if images.ndim != 4 or images.shape[1] != 3:
         raise ValueError(f"expected images of shape (B, 3, H, W), got {tuple(images.shape)}")
     I = data.ink_intensity(images.detach().float().cpu())
-    glyph, specks = split_ink(I)
-    return DefectJudgement(blur=_max_step(I, glyph) < BLUR_MAX_STEP, speckle=specks >= SPECKLE_MIN_COUNT,
+    _, specks = split_ink(I)
+    smooth = clip_isolated_peaks(I)  # the blur verdict: a one-pixel speck on or beside the glyph is not an edge
+    glyph, _ = split_ink(smooth)
+    return DefectJudgement(blur=_max_step(smooth, glyph) < BLUR_MAX_STEP, speckle=specks >= SPECKLE_MIN_COUNT,
                            fade=I.flatten(1).median(1).values > FADE_BACKGROUND)
 
 

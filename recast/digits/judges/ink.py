@@ -12,13 +12,35 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["INK_THRESHOLD", "SPECK_GAP", "SPECK_MAX_PIXELS", "split_ink"]
+__all__ = ["INK_THRESHOLD", "SPECK_GAP", "SPECK_MAX_PIXELS", "clip_isolated_peaks", "split_ink"]
 
 INK_THRESHOLD: float = 0.3  # intensity above which a pixel is ink
 SPECK_GAP: int = 2  # components farther than this many pixels from the largest one are not part of the glyph
 SPECK_MAX_PIXELS: int = 3  # ... and count as specks when they have at most this many pixels
 
 _EIGHT = np.ones((3, 3), dtype=bool)
+_RING = np.ones((1, 3, 3), dtype=bool)  # a pixel's 8 neighbours, not itself (one map of a batch at a time)
+_RING[0, 1, 1] = False
+
+
+def clip_isolated_peaks(I: torch.Tensor) -> torch.Tensor:
+    """Each pixel clipped to the brightest of its 8 neighbours (the canvas border reads as 0).
+
+    A pixel brighter than every neighbour, a one-pixel speck, drops to its surroundings. Every pixel of a stroke
+    two or more pixels long has a neighbour as bright as itself and keeps its value, so the glyph's edges and their
+    steps are unchanged. Two specks that touch survive.
+
+    Args:
+        I: ``(B, H, W)`` ink intensity.
+
+    Returns:
+        ``(B, H, W)``, ``<= I`` everywhere.
+    """
+    from scipy import ndimage
+
+    x = I.detach().cpu().float()
+    ring = ndimage.maximum_filter(x.numpy(), footprint=_RING, mode="constant", cval=0.0)
+    return torch.minimum(x, torch.from_numpy(ring))
 
 
 def _split_one(mask: np.ndarray) -> tuple[np.ndarray, int]:
