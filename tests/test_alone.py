@@ -337,9 +337,10 @@ def _worse_judges(table: list[dict]) -> dict[str, list[str]]:
     return worse
 
 
-def _assert_same_runs(runs: list[dict], earlier: str, budgets: tuple[str, ...]) -> None:
+def _assert_same_runs(runs: list[dict], earlier: str, budgets: tuple[str, ...], skip: tuple[str, ...] = ()) -> None:
     """The rows of ``budgets`` in ``runs`` carry the same judges, base and final, as the committed
-    ``data/results/<earlier>_runs.csv`` at the same seeds, to 1e-8: re-trained runs reproduce the earlier round's."""
+    ``data/results/<earlier>_runs.csv`` at the same seeds, to 1e-8: re-trained runs reproduce the earlier round's.
+    Judges named in ``skip`` (``judge/defect_blur``) are left out: a judge that changed since."""
     from pathlib import Path
 
     from recast.io import read_csv
@@ -349,7 +350,7 @@ def _assert_same_runs(runs: list[dict], earlier: str, budgets: tuple[str, ...]) 
     rows = [r for r in runs if r["budget"] in budgets]
     assert {r["budget"] for r in rows} == set(budgets)
     for r in rows:
-        for k in (k for k in r if k.startswith(("judge/", "base:judge/"))):
+        for k in (k for k in r if k.startswith(("judge/", "base:judge/")) and k.split(":")[-1] not in skip):
             assert float(r[k]) == pytest.approx(float(older[(r["budget"], int(r["seed"]))][k]), abs=1e-8, rel=0), k
 
 
@@ -539,6 +540,41 @@ def test_committed_oracle_table_the_setting_rewards_failures_are_their_oracles_f
         ("oracle_not_blur", "judge/color"), ("oracle_not_speckle", "judge/defect_blur")]
     assert vs[("oracle_position", "judge/color")] == "tie" and vs[("oracle_size", "judge/size")] == "tie"
     _assert_same_runs(runs, "alone_glyph_round2_reeval256", ("placebo",))
+
+
+def test_committed_peak_clipped_alone_table_digit_and_speck_free_pass_once_the_blur_judge_sees_blur_beside_specks():
+    """The peak-clipping round (README): the eight setting rewards and the placebo alone, 5 seeds, 256 samples, scored
+    with the blur judge that clips isolated peaks. Recomputed from its committed runs it is the committed table.
+    Every judge but blur equals the glyph-only round's tables to 1e-8 (the runs re-trained to the same weights), so
+    only the blur verdict moved. Digit and speck_free now pass: their blur costs were mostly blur the old judge
+    could not see beside a speck, and speck_free's that remains is still worse than the placebo's. Colour and
+    sharpness still pass; position_flat (colour), size_half_max (its own judge), contrast (Fréchet, colour, size)
+    and realism (size) still fail, on judges the fix did not touch."""
+    from recast.alone import versus_control
+
+    runs, table = _committed_alone_table("alone_clipped_reeval256")
+    verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
+    assert verdict == {"digit": True, "color": True, "position_flat": False, "size_half_max": False,
+                       "sharpness": True, "speck_free": True, "contrast": False, "realism": False,
+                       "placebo": True}, verdict
+    assert _worse_judges(table) == {"position_flat": ["judge/color"], "contrast": ["judge/color", "judge/size",
+                                    "judge/fid"], "realism": ["judge/size"]}, _worse_judges(table)
+    size = next(r for r in table if r["reward"] == "size_half_max" and r["judge"] == "judge/size")
+    assert not size["improved"] and 0 < size["delta"] < size["seed_std"]
+    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    assert sorted(k for k, v in vs.items() if v == "worse") == [("speck_free", "judge/defect_blur")]
+    blur = {r["reward"]: r["delta"] for r in table if r["judge"] == "judge/defect_blur"}
+    assert blur["digit"] == pytest.approx(0.0234, abs=5e-4) and blur["speck_free"] == pytest.approx(0.0383, abs=5e-4)
+    skip = ("judge/defect_blur",)
+    _assert_same_runs(runs, "alone_glyph_round2_reeval256", ("digit", "color", "position_flat", "size_half_max",
+                                                            "placebo"), skip)
+    _assert_same_runs(runs, "alone_glyph_round_reeval256", ("sharpness", "speck_free"), skip)
+    _assert_same_runs(runs, "alone_contrast_realism_reeval256", ("contrast", "realism"), skip)
+    older = {(r["budget"], int(r["seed"])): float(r["base:judge/defect_blur"])
+             for r in _committed_alone_table("alone_glyph_round2_reeval256")[0]}
+    moved = [float(r["base:judge/defect_blur"]) - older[(r["budget"], int(r["seed"]))] for r in runs
+             if r["budget"] == "digit"]
+    assert all(d > 0.03 for d in moved), moved  # the blur verdict itself moved: it now sees blur beside specks
 
 
 def test_committed_contrast_round_each_redesign_removes_a_cost_and_wash_free_still_blurs():
