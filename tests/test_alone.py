@@ -577,6 +577,51 @@ def test_committed_peak_clipped_alone_table_digit_and_speck_free_pass_once_the_b
     assert all(d > 0.03 for d in moved), moved  # the blur verdict itself moved: it now sees blur beside specks
 
 
+def test_committed_peak_clipped_oracle_table_digit_and_speckle_oracles_still_blur():
+    """The oracle control re-judged in the peak-clipping round (README): the same runs (the blur oracle re-trained,
+    since its reward is the blur verdict), scored with the peak-clipped blur judge. Colour's and size's oracles now
+    pass; the digit and speckle oracles still blur, also against the placebo, as the base model's blurrier digit and
+    speck-free passes predict; the position oracle still costs colour; the blur oracle no longer hacks the Fréchet
+    distance but costs colour and speckle; the fade oracle passes. Every other judge of the runs not re-trained equals
+    the glyph-only oracle table to 1e-8."""
+    from recast.alone import versus_control
+
+    runs, table = _committed_alone_table("alone_oracle_clipped_reeval256")
+    verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
+    assert verdict == {"placebo": True, "oracle_digit": False, "oracle_color": True, "oracle_position": False,
+                       "oracle_size": True, "oracle_not_blur": False, "oracle_not_speckle": False,
+                       "oracle_not_fade": True}, verdict
+    assert _worse_judges(table) == {"oracle_digit": ["judge/defect_blur"], "oracle_position": ["judge/color"],
+                                    "oracle_not_blur": ["judge/color", "judge/defect_speckle"],
+                                    "oracle_not_speckle": ["judge/defect_blur"]}, _worse_judges(table)
+    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    assert sorted(k for k, v in vs.items() if v == "worse") == [
+        ("oracle_digit", "judge/defect_blur"), ("oracle_not_speckle", "judge/defect_blur"),
+        ("oracle_size", "judge/defect_blur")]
+    fid = next(r for r in table if r["reward"] == "oracle_not_blur" and r["judge"] == "judge/fid")
+    assert fid["delta"] < fid["seed_std"] < 400  # glyph-only verdict as reward: +946 ± 819
+    _assert_same_runs(runs, "alone_oracle_reeval256", ("oracle_digit", "oracle_color", "oracle_position",
+                                                      "oracle_size", "oracle_not_speckle", "oracle_not_fade",
+                                                      "placebo"), ("judge/defect_blur",))
+
+
+def test_committed_peak_clipped_contrast_round_wash_free_passes():
+    """The contrast round re-judged in the peak-clipping round (README): the same runs, the peak-clipped blur judge.
+    wash_free's blur cost was the old judge's (+0.023 now, a tie against the placebo), so it passes: fade and the
+    Fréchet distance up, no other judge worse. contrast and contrast_flat still fail on colour and size. Every
+    other judge equals the glyph-only contrast round's to 1e-8."""
+    runs, table = _committed_alone_table("alone_contrast_round_clipped_reeval256")
+    verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
+    assert verdict == {"contrast": False, "contrast_flat": False, "wash_free": True, "placebo": True}, verdict
+    assert _worse_judges(table) == {"contrast": ["judge/color", "judge/size", "judge/fid"],
+                                    "contrast_flat": ["judge/color", "judge/size"]}, _worse_judges(table)
+    wash = {r["judge"]: r for r in table if r["reward"] == "wash_free"}
+    assert wash["judge/defect_fade"]["improved"] and wash["judge/fid"]["improved"]
+    assert wash["judge/defect_blur"]["delta"] == pytest.approx(0.0234, abs=5e-4)
+    _assert_same_runs(runs, "alone_contrast_round_reeval256", ("contrast", "contrast_flat", "wash_free", "placebo"),
+                      ("judge/defect_blur",))
+
+
 def test_committed_contrast_round_each_redesign_removes_a_cost_and_wash_free_still_blurs():
     """The contrast round (README "The oracle control"): contrast, whose oracle passes, fails on the Fréchet distance,
     colour and size; contrast_flat (a flat top on the ink level) keeps the colour and size costs and gains Fréchet
