@@ -35,7 +35,7 @@ def test_out_of_band_is_empty_and_names_what_falls_out(audit):
 
 
 # Realism was a known miss until the peak-clipping round: AUC 0.798 against the defect-free verdict (0.757 before the
-# glyph-only round). The reward did not change; the blur verdict did. It missed 63 % of the canvases that were both
+# glyph-only round). The reward did not change; the blur verdict did. It missed about 60 % of the canvases that were both
 # blurred and speckled (a speck beside the glyph read as a sharp edge), so many defective samples counted as
 # defect-free (`tests/test_defects.py`, ground truth on injected defects). With the verdict fixed realism agrees at
 # 0.834. `python scripts/realism_probe.py` measured, under the old verdict, the CNN blindness that kept it low.

@@ -11,8 +11,9 @@ without the other by exploiting a quirk of either:
   were judged blurred on the whole canvas, 42 % are on the glyph, and the two verdicts were coupled
   (`scripts/speck_probe.py`). A speck that lands within ``SPECK_GAP`` pixels of the glyph is part of the glyph, so
   until the peak-clipping round it still hid blur: of training canvases both blurred and speckled by
-  `recast.digits.corruption.DEFECTS`, 37 % were judged blurred, against 100 % of those blurred alone. The verdict
-  now reads the ink map with its isolated peaks clipped (`recast.digits.judges.ink.clip_isolated_peaks`): 93 %.
+  `recast.digits.corruption.DEFECTS`, 39 % were judged blurred, against 100 % of those blurred alone. The verdict
+  now reads the ink map with its isolated peaks clipped (`recast.digits.judges.ink.clip_isolated_peaks`): 95 %
+  (`scripts/blur_judge_probe.py`).
   (The ``sharpness`` reward measures mean gradient energy relative to ink energy instead.)
 - ``speckle``: at least ``SPECKLE_MIN_COUNT`` specks, small components of the ink mask far from the glyph
   (`recast.digits.judges.ink.split_ink`). (The ``clean`` reward measures soft stray intensity outside a dilated stroke mask
