@@ -166,7 +166,7 @@ def test_committed_tile_bands_are_reproduced_on_the_committed_tile_fine_tune():
             if r["world"] == "data/digit_base"}
     for key, v in {("judge", "digit", "unplated"): 0.352, ("judge", "color", "unplated"): 0.539,
                    ("judge", "position", "unplated"): 0.621, ("agreement", "digit", "raw"): 0.840,
-                   ("agreement", "realism", "raw"): 0.798}.items():
+                   ("agreement", "realism", "raw"): 0.834}.items():  # 0.798 before the peak-clipping round
         assert base[key] == pytest.approx(v, abs=6e-4), key
 
 
