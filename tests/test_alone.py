@@ -337,6 +337,18 @@ def _worse_judges(table: list[dict]) -> dict[str, list[str]]:
     return worse
 
 
+def _verdicts(table: list[dict]) -> dict[str, bool]:
+    """reward -> whether it passes the single-reward rule, from an `alone_table`'s summary rows."""
+    return {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
+
+
+def _vs_placebo(runs: list[dict]) -> dict[tuple[str, str], str]:
+    """(reward, judge) -> `versus_control`'s verdict against the placebo's runs at the same seeds."""
+    from recast.alone import versus_control
+
+    return {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+
+
 def _assert_same_runs(runs: list[dict], earlier: str, budgets: tuple[str, ...], skip: tuple[str, ...] = ()) -> None:
     """The rows of ``budgets`` in ``runs`` carry the same judges, base and final, as the committed
     ``data/results/<earlier>_runs.csv`` at the same seeds, to 1e-8: re-trained runs reproduce the earlier round's.
@@ -358,14 +370,13 @@ def test_committed_glyph_round_alone_table_gives_the_readme_verdicts():
     """The glyph-only round's single-reward table (README "Each reward alone"): recomputed from its committed runs it
     is the committed table; sharpness and clean pass the rule on the glyph-only blur judge, speck_free fails on blur
     alone, which it also loses against the placebo."""
-    from recast.alone import versus_control
 
     runs, table = _committed_alone_table("alone_glyph_round_reeval256")
-    verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
+    verdict = _verdicts(table)
     assert verdict == {"speck_free": False, "clean": True, "sharpness": True, "placebo": True}
     assert [r["judge"] for r in table if r["reward"] == "speck_free" and r["worse"] and r["judge"] != "*"] == \
         ["judge/defect_blur"]
-    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    vs = _vs_placebo(runs)
     assert vs[("speck_free", "judge/defect_blur")] == "worse" and vs[("speck_free", "judge/defect_speckle")] == "better"
     assert not [k for k, v in vs.items() if v == "worse" and k[0] in ("clean", "sharpness")]
 
@@ -375,10 +386,9 @@ def test_committed_second_glyph_round_alone_table_gives_the_readme_verdicts():
     rewards the first glyph-only table did not re-score: recomputed from its committed runs it is the committed
     table; colour passes; digit fails on blur, position_flat on colour, size_half_max because its judge does not
     rise by a seed-std, speck_free_abs on blur, which it alone also loses against the placebo (with size_half_max)."""
-    from recast.alone import versus_control
 
     runs, table = _committed_alone_table("alone_glyph_round2_reeval256")
-    verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
+    verdict = _verdicts(table)
     assert verdict == {"speck_free_abs": False, "digit": False, "color": True, "position_flat": False,
                        "size_half_max": False, "placebo": True}, verdict
     matching_up = {r["reward"]: r["improved"] for r in table if r["matching"] and r["judge"] != "*"}
@@ -387,7 +397,7 @@ def test_committed_second_glyph_round_alone_table_gives_the_readme_verdicts():
                      "speck_free_abs": ["judge/defect_blur"]}, worse
     assert matching_up["color"] and matching_up["digit"] and matching_up["position_flat"]
     assert not matching_up["size_half_max"]
-    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    vs = _vs_placebo(runs)
     assert sorted(k for k, v in vs.items() if v == "worse") == [("size_half_max", "judge/defect_blur"),
                                                                 ("speck_free_abs", "judge/defect_blur")]
 
@@ -473,7 +483,6 @@ def test_committed_contrast_and_realism_alone_tables_fail_the_rule_and_tie_the_p
     alone"): contrast lowers the fade rate and raises the Fréchet distance (its second matching judge) and lowers
     colour and size by more than a seed-std; realism lowers the Fréchet distance and fails on size alone (by about
     one seed-std). Against the placebo neither lowers any judge, and both beat it on fade, realism also on Fréchet."""
-    from recast.alone import versus_control
 
     runs, rows = _committed_alone_table("alone_contrast_realism_reeval256")
     table = {(r["reward"], r["judge"]): r for r in rows}
@@ -484,7 +493,7 @@ def test_committed_contrast_and_realism_alone_tables_fail_the_rule_and_tie_the_p
     assert worse == {"contrast": ["judge/color", "judge/fid", "judge/size"], "realism": ["judge/size"],
                      "placebo": []}, worse
     assert not table[("contrast", "*")]["improved"] and not table[("realism", "*")]["improved"]
-    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    vs = _vs_placebo(runs)
     assert [k for k, v in vs.items() if v == "worse"] == []
     assert vs[("contrast", "judge/defect_fade")] == vs[("realism", "judge/defect_fade")] == "better"
     assert vs[("realism", "judge/fid")] == "better" and vs[("contrast", "judge/fid")] == "tie"
@@ -518,10 +527,9 @@ def test_committed_oracle_table_the_setting_rewards_failures_are_their_oracles_f
     speckle oracles also against the placebo); the position oracle costs colour (a tie against the placebo), as
     position_flat does; the blur oracle hacks the Fréchet distance and the attribute judges, which the sharpness
     reward does not. The placebo's runs are the stored-ends round's, to 1e-8."""
-    from recast.alone import versus_control
 
     runs, table = _committed_alone_table("alone_oracle_reeval256")
-    verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
+    verdict = _verdicts(table)
     assert verdict == {"placebo": True, "oracle_digit": False, "oracle_color": False, "oracle_position": False,
                        "oracle_size": False, "oracle_not_blur": False, "oracle_not_speckle": False,
                        "oracle_not_fade": True}, verdict
@@ -534,7 +542,7 @@ def test_committed_oracle_table_the_setting_rewards_failures_are_their_oracles_f
                      "oracle_not_blur": ["judge/digit", "judge/color", "judge/position", "judge/defect_speckle",
                                          "judge/fid"],
                      "oracle_not_speckle": ["judge/defect_blur"]}, worse
-    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    vs = _vs_placebo(runs)
     assert sorted(k for k, v in vs.items() if v == "worse") == [
         ("oracle_color", "judge/defect_blur"), ("oracle_digit", "judge/defect_blur"),
         ("oracle_not_blur", "judge/color"), ("oracle_not_speckle", "judge/defect_blur")]
@@ -550,10 +558,9 @@ def test_committed_peak_clipped_alone_table_digit_and_speck_free_pass_once_the_b
     could not see beside a speck, and speck_free's that remains is still worse than the placebo's. Colour and
     sharpness still pass; position_flat (colour), size_half_max (its own judge), contrast (Fréchet, colour, size)
     and realism (size) still fail, on judges the fix did not touch."""
-    from recast.alone import versus_control
 
     runs, table = _committed_alone_table("alone_clipped_reeval256")
-    verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
+    verdict = _verdicts(table)
     assert verdict == {"digit": True, "color": True, "position_flat": False, "size_half_max": False,
                        "sharpness": True, "speck_free": True, "contrast": False, "realism": False,
                        "placebo": True}, verdict
@@ -561,7 +568,7 @@ def test_committed_peak_clipped_alone_table_digit_and_speck_free_pass_once_the_b
                                     "judge/fid"], "realism": ["judge/size"]}, _worse_judges(table)
     size = next(r for r in table if r["reward"] == "size_half_max" and r["judge"] == "judge/size")
     assert not size["improved"] and 0 < size["delta"] < size["seed_std"]
-    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    vs = _vs_placebo(runs)
     assert sorted(k for k, v in vs.items() if v == "worse") == [("speck_free", "judge/defect_blur")]
     blur = {r["reward"]: r["delta"] for r in table if r["judge"] == "judge/defect_blur"}
     assert blur["digit"] == pytest.approx(0.0234, abs=5e-4) and blur["speck_free"] == pytest.approx(0.0383, abs=5e-4)
@@ -584,17 +591,16 @@ def test_committed_peak_clipped_oracle_table_digit_and_speckle_oracles_still_blu
     speck-free passes predict; the position oracle still costs colour; the blur oracle no longer hacks the Fréchet
     distance but costs colour and speckle; the fade oracle passes. Every other judge of the runs not re-trained equals
     the glyph-only oracle table to 1e-8."""
-    from recast.alone import versus_control
 
     runs, table = _committed_alone_table("alone_oracle_clipped_reeval256")
-    verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
+    verdict = _verdicts(table)
     assert verdict == {"placebo": True, "oracle_digit": False, "oracle_color": True, "oracle_position": False,
                        "oracle_size": True, "oracle_not_blur": False, "oracle_not_speckle": False,
                        "oracle_not_fade": True}, verdict
     assert _worse_judges(table) == {"oracle_digit": ["judge/defect_blur"], "oracle_position": ["judge/color"],
                                     "oracle_not_blur": ["judge/color", "judge/defect_speckle"],
                                     "oracle_not_speckle": ["judge/defect_blur"]}, _worse_judges(table)
-    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    vs = _vs_placebo(runs)
     assert sorted(k for k, v in vs.items() if v == "worse") == [
         ("oracle_digit", "judge/defect_blur"), ("oracle_not_speckle", "judge/defect_blur"),
         ("oracle_size", "judge/defect_blur")]
@@ -611,7 +617,7 @@ def test_committed_peak_clipped_contrast_round_wash_free_passes():
     Fréchet distance up, no other judge worse. contrast and contrast_flat still fail on colour and size. Every
     other judge equals the glyph-only contrast round's to 1e-8."""
     runs, table = _committed_alone_table("alone_contrast_round_clipped_reeval256")
-    verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
+    verdict = _verdicts(table)
     assert verdict == {"contrast": False, "contrast_flat": False, "wash_free": True, "placebo": True}, verdict
     assert _worse_judges(table) == {"contrast": ["judge/color", "judge/size", "judge/fid"],
                                     "contrast_flat": ["judge/color", "judge/size"]}, _worse_judges(table)
@@ -627,7 +633,6 @@ def test_committed_contrast_round_each_redesign_removes_a_cost_and_wash_free_sti
     colour and size; contrast_flat (a flat top on the ink level) keeps the colour and size costs and gains Fréchet
     distance; wash_free (no ink level) loses neither and gains the most Fréchet distance, and fails on blur by more
     than a seed-std, a tie against the placebo. contrast's and the placebo's runs are the steep-guard round's."""
-    from recast.alone import versus_control
 
     runs, table = _committed_alone_table("alone_contrast_round_reeval256")
     t = {(r["reward"], r["judge"]): r for r in table}
@@ -641,7 +646,7 @@ def test_committed_contrast_round_each_redesign_removes_a_cost_and_wash_free_sti
         assert t[(reward, "*")]["delta"] > 2 * t[(reward, "*")]["seed_std"] > 0  # its own training reward rose
     assert t[("wash_free", "judge/fid")]["delta"] < t[("contrast_flat", "judge/fid")]["delta"] < 0 < \
         t[("contrast", "judge/fid")]["delta"]
-    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    vs = _vs_placebo(runs)
     assert not [k for k, v in vs.items() if v == "worse"]
     assert vs[("wash_free", "judge/defect_blur")] == "tie" and vs[("wash_free", "judge/fid")] == "better"
     _assert_same_runs(runs, "alone_contrast_realism_reeval256", ("contrast", "placebo"))
@@ -680,17 +685,16 @@ def test_committed_oracle_params_table_the_blur_costs_are_not_the_emas():
     the EMA is evaluation-only, so these are the same runs as compose evaluates them): the blur costs of the digit,
     colour and speckle oracles and of wash_free stay, each also against the placebo; the size oracle passes; the
     placebo itself fails, on digit, one of the rule's false alarms (0.34 over 9 judges)."""
-    from recast.alone import versus_control
 
     runs, table = _committed_alone_table("alone_oracle_params_reeval256")
     assert {r["policy"] for r in runs} == {"params"}
-    verdict = {r["reward"]: r["improved"] for r in table if r["judge"] == "*"}
+    verdict = _verdicts(table)
     assert [k for k, v in verdict.items() if v] == ["oracle_size", "oracle_not_fade"], verdict
     t = {(r["reward"], r["judge"]): r for r in table}
     for reward in ("oracle_digit", "oracle_color", "oracle_not_speckle", "wash_free"):
         assert t[(reward, "judge/defect_blur")]["worse"], reward
     assert [j for (rw, j), r in t.items() if rw == "placebo" and r["worse"] and j != "*"] == ["judge/digit"]
-    vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
+    vs = _vs_placebo(runs)
     assert sorted(k for k, v in vs.items() if v == "worse") == [
         ("oracle_color", "judge/defect_blur"), ("oracle_digit", "judge/defect_blur"),
         ("oracle_not_blur", "judge/color"), ("oracle_not_blur", "judge/digit"),
