@@ -79,9 +79,11 @@ def _calls(setting: str) -> dict[str, dict[str, set[str]]]:
 
 
 def test_committed_5_seed_demos_give_the_readme_verdicts():
-    """The README's results ("What the tables say"), from the committed paired tables of the 5-seed demos, re-judged
-    in the peak-clipping round. Compose: ReCAST beats uniform on the colour and position judges and loses none;
-    against reward_sum it wins blur and loses fade. Quality: every judge ties against both baselines."""
+    """The README's results ("What the tables say"), from the committed paired tables of the 5-seed demos. Compose
+    (re-judged in the peak-clipping round): ReCAST beats uniform on the colour and position judges and loses none;
+    against reward_sum it wins blur and loses fade. Quality (re-trained in the wash-free round, wash_free in
+    contrast's place): ReCAST beats uniform on the Fréchet distance and ties every other judge; reward_sum beats
+    ReCAST on the Fréchet distance."""
     compose, quality = _calls("compose"), _calls("quality")
     judges = lambda ms: {m for m in ms if m.startswith("judge/")}  # noqa: E731
     assert judges(compose["uniform"]["win"]) == {"judge/color", "judge/position"}
@@ -90,8 +92,29 @@ def test_committed_5_seed_demos_give_the_readme_verdicts():
     assert not compose["uniform"]["loss"]
     assert judges(compose["reward_sum"]["win"]) == {"judge/defect_blur"}
     assert judges(compose["reward_sum"]["loss"]) == {"judge/defect_fade"}
-    for baseline in ("uniform", "reward_sum"):
-        assert not judges(quality[baseline]["win"] | quality[baseline]["loss"]), baseline
-    assert quality["uniform"]["win"] == {"reward/contrast", "reward/realism"} and not quality["uniform"]["loss"]
+    assert quality["uniform"]["win"] == {"judge/fid", "reward/weighted", "reward/sharpness", "reward/speck_free",
+                                         "reward/realism"}
+    assert not quality["uniform"]["loss"]
     assert quality["reward_sum"]["win"] == {"reward/sharpness"}
-    assert quality["reward_sum"]["loss"] == {"reward/contrast", "reward/realism"}
+    assert quality["reward_sum"]["loss"] == {"judge/fid", "reward/speck_free", "reward/realism"}
+
+
+@pytest.mark.parametrize("setting", ["compose", "quality"])
+def test_committed_5_seed_demos_meet_the_uniform_baseline_target(setting):
+    """Issue 8's training target on the committed 5-seed demos: under uniform weighting every training reward rises,
+    every held-out judge rises or moves the wrong way by no more than its seed-std, and the Fréchet distance grows by
+    no more than 25 % (here it falls by more than half in both settings)."""
+    from pathlib import Path
+
+    d = json.loads((Path(__file__).resolve().parents[1] / "data" / "results" / f"demo5_{setting}.json").read_text())
+    rows = {r["metric"]: r for r in d["rows"] if r["method"] == "uniform"}
+    assert all(r["seeds"] == 5 for r in rows.values())
+    lower_is_better = lambda m: m == "judge/fid" or m.startswith("judge/defect_")  # noqa: E731
+    for metric, r in rows.items():
+        gain = -r["delta_mean"] if lower_is_better(metric) else r["delta_mean"]
+        if metric.startswith("reward/"):
+            assert gain > 0, (metric, r)
+        else:
+            assert gain >= -r["delta_std"], (metric, r)
+    fid = rows["judge/fid"]
+    assert fid["final_mean"] <= 0.5 * fid["base_mean"], fid
