@@ -21,7 +21,8 @@ import numpy as np
 
 from recast.stats import efficiency_label
 
-__all__ = ["DemoResult", "run_demo", "summarise", "paired", "efficiency", "efficiency_label", "plot_demo"]
+__all__ = ["DemoResult", "run_demo", "summarise", "paired", "efficiency", "efficiency_label", "plot_demo",
+           "demo_runs", "rescore", "rescore_paired", "rescore_changes", "RESCORE_DRAW_STRIDE"]
 
 
 @dataclass(frozen=True)
@@ -308,3 +309,128 @@ def plot_demo(runs: dict[str, list[Path]], rows: list[dict] | None = None):
     else:
         axes[2].axis("off")
     return fig
+
+
+# ------------------------------------------------------------------------------------ re-scoring on more samples
+RESCORE_DRAW_STRIDE: int = 1_000  # draw d of seed s uses noise seed REEVAL_SEED_OFFSET + s + d * this
+
+
+@dataclass(frozen=True)
+class _DemoRun:
+    """One finished demo run, shaped as `recast.alone.reevaluate` reads a run."""
+
+    method: str
+    seed: int
+    out_dir: Path
+    setting: str = ""
+    budget: str = "default"
+
+    @property
+    def command(self) -> str:
+        return f"python -m recast demo (run {self.out_dir})"
+
+
+def demo_runs(out_dir: str | Path) -> dict[str, list[Path]]:
+    """method -> the demo's run folders ``<out_dir>/<method>/seed_<s>``, in seed order.
+
+    Raises:
+        FileNotFoundError: no run folder under ``out_dir``.
+        ValueError: methods that ran different seeds (pairs need the same seeds).
+    """
+    out = Path(out_dir)
+    runs = {m.name: sorted(m.glob("seed_*"), key=lambda p: int(p.name.split("_", 1)[1]))
+            for m in sorted(out.iterdir()) if m.is_dir() and any(m.glob("seed_*"))} if out.is_dir() else {}
+    if not runs:
+        raise FileNotFoundError(f"no demo runs (<method>/seed_<s>) under {out}")
+    seeds = {m: [p.name for p in ps] for m, ps in runs.items()}
+    if len({tuple(v) for v in seeds.values()}) != 1:
+        raise ValueError(f"the methods under {out} ran different seeds: {seeds}")
+    return runs
+
+
+def rescore(out_dir: str | Path, *, num_prompts: int = 256, draws: int = 1, which: str = "ema") -> list[dict]:
+    """Re-score every run of a finished demo on ``num_prompts`` test samples per policy and draw.
+
+    The demo's own table reads 64 test prompts once per run, so its judge pass rates carry a binomial s.e. of about
+    0.06 and its Fréchet distance the error of 64 samples. Here each run's base model and final policy are sampled
+    again (`recast.alone.reevaluate`, same noise for both). Draw ``d`` of seed ``s`` uses noise seed
+    ``REEVAL_SEED_OFFSET + s + d * RESCORE_DRAW_STRIDE``, shared by every method of that seed, so the methods stay
+    paired within a draw and draw 0 is `reevaluate`'s own per-seed draw.
+
+    Returns:
+        one row per (method, seed, draw), as `recast.alone.reevaluate` writes them, plus ``draw``.
+
+    Raises:
+        ValueError: ``draws`` < 1, or what `demo_runs` and `reevaluate` raise; before any sampling.
+    """
+    from recast.alone import REEVAL_SEED_OFFSET, reevaluate
+    from recast.sweep import is_finished
+
+    if draws < 1:
+        raise ValueError(f"draws must be >= 1, got {draws}")
+    if num_prompts < 1:
+        raise ValueError(f"num_prompts must be >= 1, got {num_prompts}")
+    runs = [_DemoRun(m, int(p.name.split("_", 1)[1]), p) for m, paths in demo_runs(out_dir).items() for p in paths]
+    unfinished = [str(r.out_dir) for r in runs if not is_finished(r)]
+    if unfinished:
+        raise ValueError(f"unfinished demo runs: {unfinished}")
+    rows = []
+    for d in range(draws):
+        for run in runs:
+            [row] = reevaluate([run], num_prompts=num_prompts, which=which,
+                               noise_seed=REEVAL_SEED_OFFSET + run.seed + d * RESCORE_DRAW_STRIDE)
+            rows.append({**row, "draw": d})
+    return rows
+
+
+def _pooled(rows: list[dict]) -> tuple[dict[tuple[str, int], dict[str, float]], list[str], int]:
+    """(method, seed) -> every metric averaged over the draws; the metric names; samples per run in all draws."""
+    keys = [k for k in rows[0] if k.startswith(("judge/", "reward/", "base:judge/", "base:reward/"))]
+    cells: dict[tuple[str, int], list[dict]] = {}
+    for r in rows:
+        cells.setdefault((r["method"], int(r["seed"])), []).append(r)
+    draws = {len(v) for v in cells.values()}
+    if len(draws) != 1:
+        raise ValueError(f"runs were re-scored on different numbers of draws: {sorted(draws)}")
+    pooled = {c: {k: float(np.mean([float(r[k]) for r in v])) for k in keys} for c, v in cells.items()}
+    samples = int(float(rows[0]["eval_prompts"])) * draws.pop()
+    return pooled, keys, samples
+
+
+def rescore_paired(rows: list[dict], *, method: str = "recast", confidence: float = 0.95) -> list[dict]:
+    """``method`` − baseline of every final metric of `rescore`'s rows, each run's metric averaged over its draws
+    first, paired by seed; as `paired`, with a pass rate's s.d. floored at one sample of the pooled draws."""
+    from recast.stats import count_resolution, lower_is_better, paired_difference
+
+    pooled, keys, samples = _pooled(rows)
+    seeds = sorted({s for _, s in pooled})
+    methods = list(dict.fromkeys(m for m, _ in pooled))
+    out = []
+    for baseline in (m for m in methods if m != method):
+        for key in (k for k in keys if not k.startswith("base:")):
+            a, b = [pooled[(method, s)][key] for s in seeds], [pooled[(baseline, s)][key] for s in seeds]
+            res = count_resolution(a + b, samples) if key.startswith("judge/") else 0.0
+            d = paired_difference(a, b, higher_is_better=not lower_is_better(key), confidence=confidence,
+                                  resolution=res)
+            out.append({"method": method, "baseline": baseline, "metric": key, "n": d.n, "samples": samples,
+                        "diff": d.mean, "ci_low": d.ci_low, "ci_high": d.ci_high, "verdict": d.verdict})
+    return out
+
+
+def rescore_changes(rows: list[dict]) -> list[dict]:
+    """Per method and metric: final − base of `rescore`'s rows (each run averaged over its draws), mean ± std over
+    seeds, and whether it moved the wrong way by more than one seed-std (``worse``)."""
+    from recast.stats import lower_is_better
+
+    pooled, keys, samples = _pooled(rows)
+    out = []
+    for m in dict.fromkeys(m for m, _ in pooled):
+        for key in (k for k in keys if not k.startswith("base:")):
+            delta = np.array([v[key] - v[f"base:{key}"] for (mm, _), v in pooled.items() if mm == m])
+            base = np.array([v[f"base:{key}"] for (mm, _), v in pooled.items() if mm == m])
+            mean, std = float(delta.mean()), float(delta.std(ddof=1)) if delta.size > 1 else 0.0
+            gain = -mean if lower_is_better(key) else mean
+            out.append({"method": m, "metric": key, "seeds": int(delta.size), "samples": samples,
+                        "base_mean": float(base.mean()), "delta_mean": mean, "delta_std": std,
+                        "worse": bool(gain < -std)})
+    return out

@@ -1,0 +1,65 @@
+"""A finished demo's runs re-scored on more samples: is its table's verdict the draw's or the methods'?
+
+    python scripts/demo_rescore.py runs/demo5_quality --num-prompts 256 --draws 2   # about 8 min on 2 cores
+    python scripts/demo_rescore.py runs/demo5_quality --table demo5_quality_rescore  # re-print, no sampling
+
+The demo's own table reads 64 test prompts once per run. This re-samples every run's base model and final policy on
+``--num-prompts`` test samples per draw (`recast.demo.rescore`; each seed its own noise, shared by the methods), then
+prints ReCAST − baseline paired over seeds (`recast.demo.rescore_paired`) and what training did under each method
+(`recast.demo.rescore_changes`). Writes data/results/<name>.csv (one row per run and draw), <name>_paired.csv and
+<name>_changes.csv, where <name> is the demo folder's name + ``_rescore``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def report(rows: list[dict]) -> str:
+    from recast.demo import rescore_changes, rescore_paired
+
+    paired, changes = rescore_paired(rows), rescore_changes(rows)
+    samples = paired[0]["samples"] if paired else changes[0]["samples"]
+    out = [f"ReCAST − baseline, {samples} samples per policy and seed (95 % t-interval over seeds):", "",
+           "| metric | " + " | ".join(f"ReCAST − {b}" for b in dict.fromkeys(r["baseline"] for r in paired)) + " |",
+           "|---|" + "---|" * len({r["baseline"] for r in paired})]
+    for metric in dict.fromkeys(r["metric"] for r in paired):
+        cells = [r for r in paired if r["metric"] == metric]
+        out.append(f"| {metric} | " + " | ".join(f"{r['diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] "
+                                                   f"{r['verdict']}" for r in cells) + " |")
+    methods = list(dict.fromkeys(r["method"] for r in changes))
+    out += ["", "Final − base, mean ± seed-std (* : worse by more than one seed-std):", "",
+            "| metric | base | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
+    for metric in dict.fromkeys(r["metric"] for r in changes):
+        cells = {r["method"]: r for r in changes if r["metric"] == metric}
+        base = next(iter(cells.values()))["base_mean"]
+        out.append(f"| {metric} | {base:.3f} | " + " | ".join(
+            f"{c['delta_mean']:+.3f} ± {c['delta_std']:.3f}{' *' if c['worse'] else ''}" for c in cells.values()) + " |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from recast.demo import rescore, rescore_changes, rescore_paired
+    from recast.io import read_csv, write_csv
+    from recast.sweep import results_dir
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("demo_dir")
+    ap.add_argument("--num-prompts", type=int, default=256)
+    ap.add_argument("--draws", type=int, default=1)
+    ap.add_argument("--table", help="print the table of a rows CSV under data/results this script wrote; no sampling")
+    a = ap.parse_args(argv)
+    if a.table:
+        print(report(read_csv(results_dir() / f"{a.table}.csv")))
+        return
+    rows = rescore(a.demo_dir, num_prompts=a.num_prompts, draws=a.draws)
+    name = f"{Path(a.demo_dir).name}_rescore"
+    write_csv(results_dir() / f"{name}.csv", rows)
+    write_csv(results_dir() / f"{name}_paired.csv", rescore_paired(rows))
+    write_csv(results_dir() / f"{name}_changes.csv", rescore_changes(rows))
+    print(report(rows))
+
+
+if __name__ == "__main__":
+    main()
