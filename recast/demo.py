@@ -361,7 +361,9 @@ def rescore(out_dir: str | Path, *, num_prompts: int = 256, draws: int = 1, whic
         one row per (method, seed, draw), as `recast.alone.reevaluate` writes them, plus ``draw``.
 
     Raises:
-        ValueError: ``draws`` < 1, or what `demo_runs` and `reevaluate` raise; before any sampling.
+        FileNotFoundError: no demo runs under ``out_dir``.
+        ValueError: ``draws`` or ``num_prompts`` < 1, ``which`` not "ema" or "params", methods that ran different
+            seeds, or an unfinished run; all before any sampling.
     """
     from recast.alone import REEVAL_SEED_OFFSET, reevaluate
     from recast.sweep import is_finished
@@ -370,6 +372,8 @@ def rescore(out_dir: str | Path, *, num_prompts: int = 256, draws: int = 1, whic
         raise ValueError(f"draws must be >= 1, got {draws}")
     if num_prompts < 1:
         raise ValueError(f"num_prompts must be >= 1, got {num_prompts}")
+    if which not in ("ema", "params"):
+        raise ValueError(f"which must be 'ema' or 'params', got {which!r}")
     runs = [_DemoRun(m, int(p.name.split("_", 1)[1]), p) for m, paths in demo_runs(out_dir).items() for p in paths]
     unfinished = [str(r.out_dir) for r in runs if not is_finished(r)]
     if unfinished:

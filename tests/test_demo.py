@@ -135,8 +135,9 @@ def test_rescore_pairs_methods_on_shared_draws_and_pools_them(tmp_path, monkeypa
              figure_name="demo_rescore_test")
     assert {m: [p.name for p in ps] for m, ps in demo_runs(out).items()} == \
         {"recast": ["seed_0", "seed_1"], "uniform": ["seed_0", "seed_1"]}
-    with pytest.raises(ValueError, match="draws"):
-        rescore(out, draws=0)
+    for bad, match in (({"draws": 0}, "draws"), ({"num_prompts": 0}, "num_prompts"), ({"which": "best"}, "which")):
+        with pytest.raises(ValueError, match=match):
+            rescore(out, **bad)
     rows = rescore(out, num_prompts=4, draws=2)
     assert len(rows) == 2 * 2 * 2
     by = {(r["method"], r["seed"], r["draw"]): r for r in rows}
