@@ -22,7 +22,7 @@ import numpy as np
 from recast.stats import efficiency_label
 
 __all__ = ["DemoResult", "run_demo", "summarise", "paired", "efficiency", "efficiency_label", "plot_demo",
-           "demo_runs", "rescore", "rescore_paired", "rescore_changes", "RESCORE_DRAW_STRIDE"]
+           "demo_runs", "rescore", "rescore_paired", "rescore_changes", "rescore_compare", "RESCORE_DRAW_STRIDE"]
 
 
 @dataclass(frozen=True)
@@ -437,4 +437,34 @@ def rescore_changes(rows: list[dict]) -> list[dict]:
             out.append({"method": m, "metric": key, "seeds": int(delta.size), "samples": samples,
                         "base_mean": float(base.mean()), "delta_mean": mean, "delta_std": std,
                         "worse": bool(gain < -std)})
+    return out
+
+
+def rescore_compare(rows: list[dict], other: list[dict], *, confidence: float = 0.95) -> list[dict]:
+    """Two demos' re-scores against each other, method by method: ``rows`` − ``other`` of every final judge, paired
+    by seed, on the draws both have (the same noise seeds, so the samples differ only by the policies). Use it for
+    demos that differ in one thing (a reward swapped, a budget), each run by `rescore`.
+
+    Raises:
+        ValueError: no method, seed and draw in common, or two runs of one (method, seed) on different numbers of
+            common draws.
+    """
+    from recast.stats import count_resolution, lower_is_better, paired_difference
+
+    key = lambda r: (r["method"], int(r["seed"]), int(r["draw"]))  # noqa: E731
+    common = {key(r) for r in rows} & {key(r) for r in other}
+    if not common:
+        raise ValueError("the two re-scores share no (method, seed, draw)")
+    a, b = ([r for r in rs if key(r) in common] for rs in (rows, other))
+    (pa, keys_a, samples), (pb, keys_b, _) = _pooled(a), _pooled(b)
+    judges = [k for k in keys_a if k.startswith("judge/") and k in keys_b]
+    out = []
+    for method in dict.fromkeys(m for m, _ in pa):
+        seeds = sorted(s for m, s in pa if m == method)
+        for k in judges:
+            x, y = [pa[(method, s)][k] for s in seeds], [pb[(method, s)][k] for s in seeds]
+            d = paired_difference(x, y, higher_is_better=not lower_is_better(k), confidence=confidence,
+                                  resolution=count_resolution(x + y, samples))
+            out.append({"method": method, "metric": k, "n": d.n, "samples": samples, "diff": d.mean,
+                        "ci_low": d.ci_low, "ci_high": d.ci_high, "verdict": d.verdict})
     return out

@@ -2,12 +2,16 @@
 
     python scripts/demo_rescore.py runs/demo5_quality --num-prompts 256 --draws 2   # about 8 min on 2 cores
     python scripts/demo_rescore.py runs/demo5_quality --table demo5_quality_rescore  # re-print, no sampling
+    python scripts/demo_rescore.py runs/demo5_quality --table demo5_quality_rescore \
+        --compare demo5_quality_contrast_rescore      # two demos' policies against each other, no sampling
 
 The demo's own table reads 64 test prompts once per run. This re-samples every run's base model and final policy on
 ``--num-prompts`` test samples per draw (`recast.demo.rescore`; each seed its own noise, shared by the methods), then
 prints ReCAST − baseline paired over seeds (`recast.demo.rescore_paired`) and what training did under each method
 (`recast.demo.rescore_changes`). Writes data/results/<name>.csv (one row per run and draw), <name>_paired.csv and
-<name>_changes.csv, where <name> is the demo folder's name + ``_rescore``.
+<name>_changes.csv, where <name> is the demo folder's name + ``_rescore``. ``--compare OTHER`` pairs the rows with
+another demo's committed re-score, method by method and seed by seed on their common draws (`recast.demo.
+rescore_compare`), and writes <name>_vs_<OTHER>.csv.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def report(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from recast.demo import rescore, rescore_changes, rescore_paired
+    from recast.demo import rescore, rescore_changes, rescore_compare, rescore_paired
     from recast.io import read_csv, write_csv
     from recast.sweep import results_dir
 
@@ -49,16 +53,25 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--num-prompts", type=int, default=256)
     ap.add_argument("--draws", type=int, default=1)
     ap.add_argument("--table", help="print the table of a rows CSV under data/results this script wrote; no sampling")
+    ap.add_argument("--compare", help="another rows CSV under data/results: this demo's judges minus that one's")
     a = ap.parse_args(argv)
+    name = a.table or f"{Path(a.demo_dir).name}_rescore"
     if a.table:
-        print(report(read_csv(results_dir() / f"{a.table}.csv")))
-        return
-    rows = rescore(a.demo_dir, num_prompts=a.num_prompts, draws=a.draws)
-    name = f"{Path(a.demo_dir).name}_rescore"
-    write_csv(results_dir() / f"{name}.csv", rows)
-    write_csv(results_dir() / f"{name}_paired.csv", rescore_paired(rows))
-    write_csv(results_dir() / f"{name}_changes.csv", rescore_changes(rows))
+        rows = read_csv(results_dir() / f"{a.table}.csv")
+    else:
+        rows = rescore(a.demo_dir, num_prompts=a.num_prompts, draws=a.draws)
+        write_csv(results_dir() / f"{name}.csv", rows)
+        write_csv(results_dir() / f"{name}_paired.csv", rescore_paired(rows))
+        write_csv(results_dir() / f"{name}_changes.csv", rescore_changes(rows))
     print(report(rows))
+    if a.compare:
+        vs = rescore_compare(rows, read_csv(results_dir() / f"{a.compare}.csv"))
+        write_csv(results_dir() / f"{name}_vs_{a.compare}.csv", vs)
+        print(f"\n{name} − {a.compare}, per method, {vs[0]['samples']} samples per policy and seed:\n")
+        print("| method | judge | difference [95 % CI] |\n|---|---|---|")
+        for r in vs:
+            print(f"| {r['method']} | {r['metric']} | {r['diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] "
+                  f"{r['verdict']} |")
 
 
 if __name__ == "__main__":
