@@ -597,3 +597,34 @@ def test_tile_probe_wrong_canvases_are_wrong_on_exactly_the_reward_attribute_or_
         assert colour(other_colour, prompts).max() < 0.1 and position(other_colour, prompts).min() > 0.95
         assert position(other_place, prompts).max() < 0.1 and colour(other_place, prompts).min() > 0.95
         assert (sharp(blurred, prompts) < sharp(right, prompts)).all()
+
+
+def test_committed_wash_free_timing_is_scored_on_figure_02s_first_batch():
+    """The wash-free round's ground truth of wash_free (`timing_cache.py score ... --seeds 0 --csv
+    timing_wash_free_s16.csv` on figure 02's re-recorded first batch, 256 prompts, 16 substeps): every reward shared
+    with the committed figure 02 has its centre of mass there to 1e-6, so these are figure 02's ends. wash_free is
+    decided earlier than contrast, which it replaced, in the noisiest half, close to the fade verdict; the 64-prompt
+    batches (`timing_wash_free_64.csv`) agree."""
+    import json
+
+    from recast.informativeness import gains_centre_of_mass
+    from recast.io import read_csv
+
+    root = Path(__file__).resolve().parents[1] / "data/results"
+    gt = json.loads((root / "informativeness_base_256_s16.json").read_text())["rollout"]
+    figure = dict(zip(gt["reward_names"], gains_centre_of_mass(torch.tensor(gt["gains"])).tolist()))
+    rows = {r["name"]: r for r in read_csv(root / "timing_wash_free_s16.csv")}
+    assert {int(r["seed"]) for r in rows.values()} == {0}
+    shared = set(figure) & set(rows)
+    assert shared == {"digit", "color", "position_flat", "size_half_max", "sharpness", "speck_free", "contrast",
+                      "realism"}
+    for name in shared:
+        assert float(rows[name]["com"]) == pytest.approx(figure[name], abs=1e-6), name
+    verdict = {(r["name"], int(r["seed"])): r for r in read_csv(root / "timing_s16.csv")}[("verdict:not_fade", 0)]
+    assert float(rows["verdict:not_fade"]["com"]) == pytest.approx(float(verdict["com"]), abs=1e-6)
+    com = {k: float(r["com"]) for k, r in rows.items()}
+    assert com["wash_free"] + 0.3 < com["contrast"] and float(rows["wash_free"]["com_hi"]) < float(rows["contrast"]["com_lo"])
+    assert com["verdict:not_fade"] < com["wash_free"] < 2.5 and com["wash_free"] < min(com["color"], com["position_flat"])
+    small = {(r["name"], int(r["seed"])): float(r["com"]) for r in read_csv(root / "timing_wash_free_64.csv")}
+    for seed in (0, 1):
+        assert small[("verdict:not_fade", seed)] < small[("wash_free", seed)] < small[("contrast", seed)] < 2.5
