@@ -22,7 +22,7 @@ import numpy as np
 
 __all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "changes_over_seeds", "alone_table",
            "versus_control", "base_and_final_samples", "probe_args", "sample_probe", "rule_false_alarm", "reevaluate",
-           "draw_spread", "main"]
+           "reevaluate_draw", "pool_draws", "DRAW_STRIDE", "draw_spread", "main"]
 
 # reward -> the held-out judges that check the same property
 MATCHING_JUDGES: dict[str, tuple[str, ...]] = {
@@ -293,6 +293,51 @@ def reevaluate(runs, *, num_prompts: int = 256, batch_size: int = 64, which: str
                 row[f"{prefix}reward/{name}"] = float(torch.as_tensor(reward(images, prompts)).float().mean())
         rows.append(row)
     return rows
+
+
+DRAW_STRIDE: int = 1_000  # draw d of a run of seed s uses noise seed REEVAL_SEED_OFFSET + s + d * this
+
+
+def reevaluate_draw(runs, draw: int, *, num_prompts: int = 256, which: str = "ema") -> list[dict]:
+    """`reevaluate` on per-seed draw ``draw``: each run of seed ``s`` sampled with noise seed ``REEVAL_SEED_OFFSET + s
+    + draw * DRAW_STRIDE``, so draw 0 is `reevaluate`'s default and every reward's run of one seed shares each draw.
+    Rows carry ``draw``."""
+    if draw < 0:
+        raise ValueError(f"draw must be >= 0, got {draw}")
+    rows = []
+    for run in runs:
+        rows += [{**r, "draw": draw} for r in reevaluate([run], num_prompts=num_prompts, which=which,
+                                                         noise_seed=REEVAL_SEED_OFFSET + int(run.seed)
+                                                         + draw * DRAW_STRIDE)]
+    return rows
+
+
+def pool_draws(rows: list[dict]) -> list[dict]:
+    """One row per (budget, seed) with every ``judge/``, ``reward/`` and ``base:`` column averaged over the run's
+    draws and ``eval_prompts`` their total, so `alone_table`, `versus_control` and `change_over_seeds` read the pooled
+    samples (a pass rate's seed-std floor becomes one sample of the pool).
+
+    Raises:
+        ValueError: runs with different numbers of draws, or one draw of a run given twice (by ``noise_seed``).
+    """
+    cells: dict[tuple, list[dict]] = {}
+    for r in rows:
+        cells.setdefault((r["budget"], int(r["seed"])), []).append(r)
+    if len({len(v) for v in cells.values()}) != 1:
+        raise ValueError(f"runs were scored on different numbers of draws: "
+                         f"{sorted({k: len(v) for k, v in cells.items()}.items())}")
+    out = []
+    for (budget, seed), sel in cells.items():
+        if len({r.get("noise_seed") for r in sel}) != len(sel):
+            raise ValueError(f"run {budget!r} seed {seed} has one draw twice (noise seeds "
+                             f"{[r.get('noise_seed') for r in sel]})")
+        keys = [k for k in sel[0] if k.startswith(("judge/", "reward/", "base:judge/", "base:reward/"))]
+        row = {k: v for k, v in sel[0].items() if k not in keys and k not in ("noise_seed", "draw")}
+        row.update({k: float(np.mean([float(r[k]) for r in sel])) for k in keys})
+        row["eval_prompts"] = int(sum(int(float(r["eval_prompts"])) for r in sel))
+        row["draws"] = len(sel)
+        out.append(row)
+    return out
 
 
 def draw_spread(rows: list[dict], metric: str) -> dict:

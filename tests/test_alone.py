@@ -194,6 +194,18 @@ def test_reevaluate_pairs_base_and_final_on_more_samples(tmp_path, monkeypatch):
     assert {r["reward"] for r in table} == {"digit", "color"} and all(r["n"] == 1 for r in table)
     with pytest.raises(ValueError, match="num_prompts"):
         reevaluate(runs, num_prompts=0)
+    # per-seed draws: draw 0 is the default draw; draw 1 is another one, shared by both rewards' runs of the seed
+    from recast.alone import DRAW_STRIDE, pool_draws, reevaluate_draw
+
+    d0, d1 = (reevaluate_draw(runs, d, num_prompts=6) for d in (0, 1))
+    assert [{k: v for k, v in r.items() if k != "draw"} for r in d0] == reevaluate(runs, num_prompts=6)
+    assert [r["noise_seed"] for r in d1] == [REEVAL_SEED_OFFSET + DRAW_STRIDE] * 2 and d1[0]["draw"] == 1
+    assert d1[0]["base:judge/fid"] == d1[1]["base:judge/fid"] != d0[0]["base:judge/fid"]
+    pooled = pool_draws(d0 + d1)
+    assert [r["eval_prompts"] for r in pooled] == [12, 12]
+    assert pooled[0]["judge/fid"] == pytest.approx((d0[0]["judge/fid"] + d1[0]["judge/fid"]) / 2, rel=1e-12)
+    with pytest.raises(ValueError, match="draw"):
+        reevaluate_draw(runs, -1)
     # the raw trained weights instead of their EMA: the same base scores, the final policy's own
     raw = reevaluate(runs, num_prompts=6, batch_size=4, which="params")
     assert [r["policy"] for r in rows] == ["ema", "ema"] and [r["policy"] for r in raw] == ["params", "params"]
@@ -728,3 +740,28 @@ def test_probe_args_and_base_and_final_samples_refuse_a_missing_run_before_sampl
     assert probe_args("probe", ["x"]).seeds == (0, 1, 2)
     with pytest.raises(FileNotFoundError, match="no config.json"):
         next(base_and_final_samples(["contrast"], (0,), root=tmp_path))
+
+
+def test_pool_draws_averages_each_run_over_its_draws_and_refuses_uneven_or_repeated_draws():
+    from recast.alone import change_over_seeds, pool_draws
+
+    def row(budget, seed, draw, v):
+        return {"setting": "alone", "budget": budget, "method": "uniform", "seed": seed, "eval_prompts": 256,
+                "noise_seed": 20_011 + seed + 1000 * draw, "draw": draw, "command": "c",
+                "judge/color": v, "base:judge/color": 0.5, "reward/color": 2 * v, "base:reward/color": 0.25}
+
+    rows = [row(b, s, d, 0.25 + 0.125 * d + 0.01 * s) for b in ("color", "placebo") for s in (0, 1, 2)
+            for d in (0, 1)]
+    pooled = pool_draws(rows)
+    assert len(pooled) == 6 and all(r["eval_prompts"] == 512 and r["draws"] == 2 for r in pooled)
+    assert all("noise_seed" not in r and "draw" not in r for r in pooled)
+    first = next(r for r in pooled if r["budget"] == "color" and r["seed"] == 1)
+    assert first["judge/color"] == pytest.approx(0.25 + 0.0625 + 0.01) and first["reward/color"] == \
+        pytest.approx(2 * (0.25 + 0.0625 + 0.01)) and first["base:judge/color"] == 0.5
+    # the pooled rows are what the table reads: the same change as averaging the changes by hand
+    c = change_over_seeds([r for r in pooled if r["budget"] == "color"], "judge/color")
+    assert c["delta"] == pytest.approx(0.25 + 0.0625 + 0.01 - 0.5) and c["n"] == 3
+    with pytest.raises(ValueError, match="different numbers of draws"):
+        pool_draws(rows[:-1])
+    with pytest.raises(ValueError, match="one draw twice"):
+        pool_draws([r if r["draw"] == 0 else {**r, "noise_seed": r["noise_seed"] - 1000} for r in rows])
