@@ -331,8 +331,11 @@ def pool_draws(rows: list[dict]) -> list[dict]:
         if len({r.get("noise_seed") for r in sel}) != len(sel):
             raise ValueError(f"run {budget!r} seed {seed} has one draw twice (noise seeds "
                              f"{[r.get('noise_seed') for r in sel]})")
-        keys = [k for k in sel[0] if k.startswith(("judge/", "reward/", "base:judge/", "base:reward/"))]
-        row = {k: v for k, v in sel[0].items() if k not in keys and k not in ("noise_seed", "draw")}
+        # a CSV's union header leaves other runs' reward columns empty (None): keep the columns every draw has
+        keys = [k for k in sel[0] if k.startswith(("judge/", "reward/", "base:judge/", "base:reward/"))
+                and all(r.get(k) is not None for r in sel)]
+        row = {k: v for k, v in sel[0].items() if k not in keys and k not in ("noise_seed", "draw")
+               and not (k.startswith(("judge/", "reward/", "base:")) and v is None)}
         row.update({k: float(np.mean([float(r[k]) for r in sel])) for k in keys})
         row["eval_prompts"] = int(sum(int(float(r["eval_prompts"])) for r in sel))
         row["draws"] = len(sel)

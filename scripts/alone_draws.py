@@ -50,10 +50,10 @@ def main(argv: list[str] | None = None) -> None:
     rows = list(first)
     for d in range(1, a.draws + 1):
         rows += reevaluate_draw(runs, d, num_prompts=a.num_prompts)
+        write_csv(results_dir() / f"{a.name}_runs.csv", rows)  # every draw's rows, before anything can fail
         print(f"draw {d} done", flush=True)
     pooled = pool_draws(rows)
     table = alone_table(pooled)
-    write_csv(results_dir() / f"{a.name}_runs.csv", rows)
     write_csv(results_dir() / f"{a.name}.csv", table)
     write_csv(results_dir() / f"{a.name}_vs_placebo.csv", versus_control(pooled, "placebo"))
     print(f"{pooled[0]['eval_prompts']} samples per policy and seed, {len(seeds)} seeds")

@@ -761,6 +761,9 @@ def test_pool_draws_averages_each_run_over_its_draws_and_refuses_uneven_or_repea
     # the pooled rows are what the table reads: the same change as averaging the changes by hand
     c = change_over_seeds([r for r in pooled if r["budget"] == "color"], "judge/color")
     assert c["delta"] == pytest.approx(0.25 + 0.0625 + 0.01 - 0.5) and c["n"] == 3
+    # a CSV's union header gives a run empty cells for other runs' rewards: they are dropped, not averaged
+    holes = [{**r, "reward/digit": None, "base:reward/digit": None} for r in rows]
+    assert pool_draws(holes) == pooled
     with pytest.raises(ValueError, match="different numbers of draws"):
         pool_draws(rows[:-1])
     with pytest.raises(ValueError, match="one draw twice"):
