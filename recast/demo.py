@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from recast.alone import DRAW_STRIDE as RESCORE_DRAW_STRIDE  # draw d of seed s: noise seed offset + s + d * this
 from recast.stats import efficiency_label
 
 __all__ = ["DemoResult", "run_demo", "summarise", "paired", "efficiency", "efficiency_label", "plot_demo",
@@ -312,7 +313,6 @@ def plot_demo(runs: dict[str, list[Path]], rows: list[dict] | None = None):
 
 
 # ------------------------------------------------------------------------------------ re-scoring on more samples
-RESCORE_DRAW_STRIDE: int = 1_000  # draw d of seed s uses noise seed REEVAL_SEED_OFFSET + s + d * this
 
 
 @dataclass(frozen=True)
@@ -353,7 +353,7 @@ def rescore(out_dir: str | Path, *, num_prompts: int = 256, draws: int = 1, whic
 
     The demo's own table reads 64 test prompts once per run, so its judge pass rates carry a binomial s.e. of about
     0.06 and its Fréchet distance the error of 64 samples. Here each run's base model and final policy are sampled
-    again (`recast.alone.reevaluate`, same noise for both). Draw ``d`` of seed ``s`` uses noise seed
+    again (`recast.alone.reevaluate_draw`, same noise for both). Draw ``d`` of seed ``s`` uses noise seed
     ``REEVAL_SEED_OFFSET + s + d * RESCORE_DRAW_STRIDE``, shared by every method of that seed, so the methods stay
     paired within a draw and draw 0 is `reevaluate`'s own per-seed draw.
 
@@ -365,7 +365,7 @@ def rescore(out_dir: str | Path, *, num_prompts: int = 256, draws: int = 1, whic
         ValueError: ``draws`` or ``num_prompts`` < 1, ``which`` not "ema" or "params", methods that ran different
             seeds, or an unfinished run; all before any sampling.
     """
-    from recast.alone import REEVAL_SEED_OFFSET, reevaluate
+    from recast.alone import reevaluate_draw
     from recast.sweep import is_finished
 
     if draws < 1:
@@ -378,13 +378,7 @@ def rescore(out_dir: str | Path, *, num_prompts: int = 256, draws: int = 1, whic
     unfinished = [str(r.out_dir) for r in runs if not is_finished(r)]
     if unfinished:
         raise ValueError(f"unfinished demo runs: {unfinished}")
-    rows = []
-    for d in range(draws):
-        for run in runs:
-            [row] = reevaluate([run], num_prompts=num_prompts, which=which,
-                               noise_seed=REEVAL_SEED_OFFSET + run.seed + d * RESCORE_DRAW_STRIDE)
-            rows.append({**row, "draw": d})
-    return rows
+    return [row for d in range(draws) for row in reevaluate_draw(runs, d, num_prompts=num_prompts, which=which)]
 
 
 def _pooled(rows: list[dict]) -> tuple[dict[tuple[str, int], dict[str, float]], list[str], int]:
