@@ -312,25 +312,27 @@ def reevaluate_draw(runs, draw: int, *, num_prompts: int = 256, which: str = "em
     return rows
 
 
-def pool_draws(rows: list[dict]) -> list[dict]:
-    """One row per (budget, seed) with every ``judge/``, ``reward/`` and ``base:`` column averaged over the run's
-    draws and ``eval_prompts`` their total, so `alone_table`, `versus_control` and `change_over_seeds` read the pooled
-    samples (a pass rate's seed-std floor becomes one sample of the pool).
+def pool_draws(rows: list[dict], *, by: tuple[str, str] = ("budget", "seed")) -> list[dict]:
+    """One row per run, a run being one value of the ``by`` columns (a single-reward run is its reward, ``budget``,
+    and seed; a demo run its ``method`` and seed), with every ``judge/``, ``reward/`` and ``base:`` column averaged
+    over the run's draws and ``eval_prompts`` their total, so `alone_table`, `versus_control` and `change_over_seeds`
+    read the pooled samples (a pass rate's seed-std floor becomes one sample of the pool).
 
     Raises:
-        ValueError: runs with different numbers of draws, or one draw of a run given twice (by ``noise_seed``).
+        ValueError: runs with different numbers of draws, or one draw of a run given twice (by ``noise_seed``, where
+            the rows carry it).
     """
     cells: dict[tuple, list[dict]] = {}
     for r in rows:
-        cells.setdefault((r["budget"], int(r["seed"])), []).append(r)
+        cells.setdefault((r[by[0]], int(r[by[1]])), []).append(r)
     if len({len(v) for v in cells.values()}) != 1:
         raise ValueError(f"runs were scored on different numbers of draws: "
                          f"{sorted({k: len(v) for k, v in cells.items()}.items())}")
     out = []
-    for (budget, seed), sel in cells.items():
-        if len({r.get("noise_seed") for r in sel}) != len(sel):
-            raise ValueError(f"run {budget!r} seed {seed} has one draw twice (noise seeds "
-                             f"{[r.get('noise_seed') for r in sel]})")
+    for (run, seed), sel in cells.items():
+        noise = [r.get("noise_seed") for r in sel]
+        if None not in noise and len(set(noise)) != len(sel):
+            raise ValueError(f"run {run!r} seed {seed} has one draw twice (noise seeds {noise})")
         # a CSV's union header leaves other runs' reward columns empty (None): keep the columns every draw has
         keys = [k for k in sel[0] if k.startswith(("judge/", "reward/", "base:judge/", "base:reward/"))
                 and all(r.get(k) is not None for r in sel)]

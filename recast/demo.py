@@ -362,18 +362,15 @@ def rescore(out_dir: str | Path, *, num_prompts: int = 256, draws: int = 1, whic
 
     Raises:
         FileNotFoundError: no demo runs under ``out_dir``.
-        ValueError: ``draws`` or ``num_prompts`` < 1, ``which`` not "ema" or "params", methods that ran different
-            seeds, or an unfinished run; all before any sampling.
+        ValueError: ``draws`` or ``num_prompts`` < 1, ``which`` not "ema" or "params" (these two checked by
+            `recast.alone.reevaluate` before its first sample), methods that ran different seeds, or an unfinished
+            run; all before any sampling.
     """
     from recast.alone import reevaluate_draw
     from recast.sweep import is_finished
 
     if draws < 1:
         raise ValueError(f"draws must be >= 1, got {draws}")
-    if num_prompts < 1:
-        raise ValueError(f"num_prompts must be >= 1, got {num_prompts}")
-    if which not in ("ema", "params"):
-        raise ValueError(f"which must be 'ema' or 'params', got {which!r}")
     runs = [_DemoRun(m, int(p.name.split("_", 1)[1]), p) for m, paths in demo_runs(out_dir).items() for p in paths]
     unfinished = [str(r.out_dir) for r in runs if not is_finished(r)]
     if unfinished:
@@ -382,17 +379,13 @@ def rescore(out_dir: str | Path, *, num_prompts: int = 256, draws: int = 1, whic
 
 
 def _pooled(rows: list[dict]) -> tuple[dict[tuple[str, int], dict[str, float]], list[str], int]:
-    """(method, seed) -> every metric averaged over the draws; the metric names; samples per run in all draws."""
-    keys = [k for k in rows[0] if k.startswith(("judge/", "reward/", "base:judge/", "base:reward/"))]
-    cells: dict[tuple[str, int], list[dict]] = {}
-    for r in rows:
-        cells.setdefault((r["method"], int(r["seed"])), []).append(r)
-    draws = {len(v) for v in cells.values()}
-    if len(draws) != 1:
-        raise ValueError(f"runs were re-scored on different numbers of draws: {sorted(draws)}")
-    pooled = {c: {k: float(np.mean([float(r[k]) for r in v])) for k in keys} for c, v in cells.items()}
-    samples = int(float(rows[0]["eval_prompts"])) * draws.pop()
-    return pooled, keys, samples
+    """(method, seed) -> every metric averaged over the draws (`recast.alone.pool_draws`); the metric names; samples
+    per run in all draws."""
+    from recast.alone import pool_draws
+
+    runs = pool_draws(rows, by=("method", "seed"))
+    keys = [k for k in runs[0] if k.startswith(("judge/", "reward/", "base:judge/", "base:reward/"))]
+    return {(r["method"], int(r["seed"])): {k: r[k] for k in keys} for r in runs}, keys, int(runs[0]["eval_prompts"])
 
 
 def rescore_paired(rows: list[dict], *, method: str = "recast", confidence: float = 0.95) -> list[dict]:
