@@ -22,7 +22,7 @@ import numpy as np
 
 __all__ = ["MATCHING_JUDGES", "plan_alone", "change_over_seeds", "changes_over_seeds", "alone_table",
            "versus_control", "base_and_final_samples", "probe_args", "sample_probe", "rule_false_alarm", "reevaluate",
-           "reevaluate_draw", "pool_draws", "DRAW_STRIDE", "draw_spread", "main"]
+           "reevaluate_draw", "pool_draws", "DRAW_STRIDE", "draw_spread", "alone_markdown", "main"]
 
 # reward -> the held-out judges that check the same property
 MATCHING_JUDGES: dict[str, tuple[str, ...]] = {
@@ -418,6 +418,17 @@ def alone_table(rows: list[dict]) -> list[dict]:
     return out
 
 
+def alone_markdown(table: list[dict]) -> str:
+    """`alone_table` as a markdown table: each judge's change and seed-std, and each reward's verdict."""
+    lines = ["| reward | judge | Δ (final − base) | seed-std | verdict |", "|---|---|---|---|---|"]
+    for r in table:
+        tag = ("PASS" if r["improved"] else "FAIL") if r["judge"] == "*" else \
+            ("matching, " if r["matching"] else "") + ("up" if r["improved"] else "down" if r["worse"] else "flat")
+        label = "training reward" if r["judge"] == "*" else r["judge"]
+        lines.append(f"| {r['reward']} | {label} | {r['delta']:+.3f} | {r['seed_std']:.3f} | {tag} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI: plan, run (resumable) and tabulate single-reward runs; writes ``<results>/alone{,_runs}.csv``."""
     from recast.io import write_csv
@@ -460,12 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     table = alone_table(rows)
     write_csv(results_dir() / f"{a.name}_runs.csv", rows)
     write_csv(results_dir() / f"{a.name}.csv", table)
-    print("| reward | judge | Δ (final − base) | seed-std | verdict |\n|---|---|---|---|---|")
-    for r in table:
-        tag = ("PASS" if r["improved"] else "FAIL") if r["judge"] == "*" else \
-            ("matching, " if r["matching"] else "") + ("up" if r["improved"] else "down" if r["worse"] else "flat")
-        label = "training reward" if r["judge"] == "*" else r["judge"]
-        print(f"| {r['reward']} | {label} | {r['delta']:+.3f} | {r['seed_std']:.3f} | {tag} |")
+    print(alone_markdown(table))
     if a.control:
         vs = versus_control(rows, a.control)
         write_csv(results_dir() / f"{a.name}_vs_{a.control}.csv", vs)

@@ -19,7 +19,7 @@ import argparse
 
 
 def main(argv: list[str] | None = None) -> None:
-    from recast.alone import alone_table, plan_alone, pool_draws, reevaluate_draw, rule_false_alarm, versus_control
+    from recast.alone import alone_markdown, alone_table, plan_alone, pool_draws, reevaluate_draw, rule_false_alarm, versus_control
     from recast.io import read_csv, write_csv
     from recast.sweep import results_dir
 
@@ -57,11 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     write_csv(results_dir() / f"{a.name}.csv", table)
     write_csv(results_dir() / f"{a.name}_vs_placebo.csv", versus_control(pooled, "placebo"))
     print(f"{pooled[0]['eval_prompts']} samples per policy and seed, {len(seeds)} seeds")
-    print("| reward | judge | Δ (final − base) | seed-std | verdict |\n|---|---|---|---|---|")
-    for r in table:
-        tag = ("PASS" if r["improved"] else "FAIL") if r["judge"] == "*" else \
-            ("matching, " if r["matching"] else "") + ("up" if r["improved"] else "down" if r["worse"] else "flat")
-        print(f"| {r['reward']} | {r['judge']} | {r['delta']:+.3f} | {r['seed_std']:.3f} | {tag} |")
+    print(alone_markdown(table))
     print(f"false-alarm rate of the rule per null judge at {len(seeds)} seeds: {rule_false_alarm(len(seeds)):.3f}")
 
 
