@@ -19,7 +19,8 @@ import argparse
 
 
 def main(argv: list[str] | None = None) -> None:
-    from recast.alone import alone_markdown, alone_table, plan_alone, pool_draws, reevaluate_draw, rule_false_alarm, versus_control
+    from recast.alone import (alone_markdown, alone_table, plan_alone, pool_draws, reevaluate_draw, rule_false_alarm,
+                              versus_control)
     from recast.io import read_csv, write_csv
     from recast.sweep import results_dir
 
