@@ -1,11 +1,14 @@
 """Train the digit world's small CNNs deterministically and save them as safetensors.
 
-    python scripts/train_reward_models.py                    # all: digit_cnn, realism_cnn, judge feature net
+    python scripts/train_reward_models.py                    # all five nets below
     python scripts/train_reward_models.py --only digit,realism
+    python scripts/train_reward_models.py --only realism_canonical,realism_conditional
 
 Outputs (float16 safetensors, tens of KB each):
     data/rewards/digit_cnn.safetensors     digit reward, trained on "base"-split canvases
     data/rewards/realism_cnn.safetensors   realism reward, real vs degraded "base"-split canvases
+    data/rewards/realism_canonical_cnn.safetensors   the same on canonical views (glyph centred, side 12 px)
+    data/rewards/realism_conditional_cnn.safetensors one logit per prompted size; real glyphs of the other size are fake
     data/judges/judge_features.safetensors judge feature net (FID, diversity, preference), "judge"-split canvases
 
 Single-threaded with fixed seeds, so reruns give the same bytes on the same torch build; prints size and sha256 of
@@ -26,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="digit,realism,judge", help="comma list of digit | realism | judge")
+    parser.add_argument("--only", default="digit,realism,realism_canonical,realism_conditional,judge",
+                        help="comma list of digit | realism | realism_canonical | realism_conditional | judge")
     parser.add_argument("--steps", type=int, default=1500, help="optimisation steps per net")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and synthetic batches")
     parser.add_argument("--out", type=Path, default=ROOT, help="root under which data/rewards, data/judges go")
@@ -41,6 +45,10 @@ def main() -> None:
                   args.out / "data/rewards/digit_cnn.safetensors"),
         "realism": (lambda: nets.train_realism_net(args.steps, args.seed, 250),
                     args.out / "data/rewards/realism_cnn.safetensors"),
+        "realism_canonical": (lambda: nets.train_realism_net(args.steps, args.seed, 250, canonical=True),
+                              args.out / "data/rewards/realism_canonical_cnn.safetensors"),
+        "realism_conditional": (lambda: nets.train_realism_conditional_net(args.steps, args.seed, 250),
+                                args.out / "data/rewards/realism_conditional_cnn.safetensors"),
     }
     if "judge" in args.only:
         from recast.digits.judges import features

@@ -41,7 +41,7 @@ def _other(values, v):
 
 def test_registry_names_settings_and_unknown():
     in_no_setting = {"placebo", "position", "size", "clean", "clean_mass", "contrast", "contrast_flat",
-                     "speck_free_abs",
+                     "speck_free_abs", "realism_canonical", "realism_conditional",
                      "sharpness_steep",
                      "sharpness_steep_hinged"} | set(rewards.ORACLE_VERDICTS)
     assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | in_no_setting
@@ -152,9 +152,10 @@ def test_quality_rewards_drop_under_degradation(batch, fns, name, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_realism_drops_under_every_degradation(batch, fns, kind):
+@pytest.mark.parametrize("name", ["realism", "realism_canonical", "realism_conditional"])
+def test_realism_drops_under_every_degradation(batch, fns, kind, name):
     images, prompts, gen = batch
-    _lower(fns["realism"], images, degrade(images, kind, 1.0, gen), prompts)
+    _lower(fns[name], images, degrade(images, kind, 1.0, gen), prompts)
 
 
 def test_rewards_are_monotone_in_degradation_strength(batch, fns):
@@ -636,3 +637,82 @@ def test_wash_free_reads_the_wash_not_the_brightness_of_the_ink(fns):
         torch.testing.assert_close(wash(x, prompts), (sat * (1 - g)).clamp(0, 1), atol=1e-6, rtol=1e-5)
         assert (wash(x, prompts) < 1 - g + 1e-6).all()
     assert (wash(torch.zeros_like(images), prompts) == 0).all()  # erasing does not pay
+
+
+def test_glyph_frame_reads_the_half_maximum_box_of_crisp_squares_and_ignores_a_wash():
+    """On a crisp k x k square the frame is its box (side k, centre its midpoint) at any ink level, with or without a
+    uniform grey wash; an inkless canvas gets the canvas centre and side `CANONICAL_SIDE`."""
+    from recast.digits.rewards.nets import CANONICAL_SIDE, glyph_frame
+
+    x = torch.zeros(4, 3, data.CANVAS, data.CANVAS)
+    boxes = [(2, 3, 6), (10, 4, 9), (0, 0, 12), (13, 9, 11)]  # (y0, x0, side)
+    for i, (y0, x0, k) in enumerate(boxes):
+        x[i, 1, y0:y0 + k, x0:x0 + k] = 0.5 + 0.1 * i
+    for canvas in (x, x * 0.7 + 0.2):
+        centre, side = glyph_frame(canvas)
+        assert side.tolist() == [float(k) for _, _, k in boxes]
+        torch.testing.assert_close(centre, torch.tensor([[y0 + (k - 1) / 2, x0 + (k - 1) / 2] for y0, x0, k in boxes]))
+    centre, side = glyph_frame(torch.full((2, 3, data.CANVAS, data.CANVAS), 0.3))
+    assert side.tolist() == [CANONICAL_SIDE] * 2 and (centre == (data.CANVAS - 1) / 2).all()
+
+
+def test_canonical_view_forgets_a_glyphs_size_and_place_and_keeps_its_wash():
+    """`canonical_view`: the same glyph drawn small or large, in any quadrant, gives nearly the same view (centre
+    11.5, side 12 +- 1), far closer than the canvases themselves; moving a glyph by whole pixels leaves its view
+    unchanged; a uniform wash shows in the view at its own level (the padding is the background); an inkless canvas
+    is its own view."""
+    from recast.digits.rewards.nets import canonical_view, glyph_frame
+
+    specs = [data.PromptSpec(d, c, p, "small") for d in data.DIGITS for c in ("red", "blue") for p in data.POSITIONS]
+    small = data.render(specs, generator=torch.Generator().manual_seed(3))
+    large = data.render([data.PromptSpec(s.digit, s.color, _other(data.POSITIONS, s.position), "large")
+                         for s in specs], generator=torch.Generator().manual_seed(3))  # same glyphs, other quadrant
+    vs, vl = canonical_view(small), canonical_view(large)
+    for v in (vs, vl):
+        centre, side = glyph_frame(v)
+        assert (centre - (data.CANVAS - 1) / 2).abs().max() <= 1.0 and (side - 12).abs().max() <= 1.0
+    raw_gap = (small - large).abs().mean((1, 2, 3))
+    view_gap = (vs - vl).abs().mean((1, 2, 3))
+    assert (view_gap < 0.5 * raw_gap).all() and view_gap.mean() < 0.3 * raw_gap.mean()
+    # a small glyph keeps a blank outer row and column (its box starts 2 +- 1 px into a 12-px quadrant), so a roll by
+    # one pixel moves every glyph without wrapping ink
+    assert small[:, :, [0, -1], :].abs().max() == 0 and small[:, :, :, [0, -1]].abs().max() == 0
+    for shift in ((1, 1), (-1, 1), (1, -1)):
+        torch.testing.assert_close(canonical_view(torch.roll(small, shifts=shift, dims=(2, 3))), vs, atol=1e-5,
+                                   rtol=0)
+    washed = small * 0.7 + 0.2
+    view = canonical_view(washed)
+    corners = view[:, :, [0, 0, -1, -1], [0, -1, 0, -1]]
+    torch.testing.assert_close(corners, torch.full_like(corners, 0.2), atol=1e-6, rtol=0)
+    grey = torch.full((2, 3, data.CANVAS, data.CANVAS), 0.4)
+    torch.testing.assert_close(canonical_view(grey), grey)
+
+
+def test_realism_canonical_is_blind_to_size_and_place_where_realism_is_not(fns):
+    """The same real glyphs drawn small or large, anywhere: realism_canonical scores them alike, as it must, and
+    every degradation still costs it more than 0.2 (`test_realism_drops_under_every_degradation`)."""
+    specs = [data.PromptSpec(d, c, p, "small") for d in data.DIGITS for c in data.COLORS for p in data.POSITIONS]
+    prompts = [s.text for s in specs]
+    small = data.render(specs, generator=torch.Generator().manual_seed(5))
+    large = data.render([data.PromptSpec(s.digit, s.color, s.position, "large") for s in specs],
+                        generator=torch.Generator().manual_seed(5))
+    rc = fns["realism_canonical"]
+    assert abs(rc(small, prompts).mean() - rc(large, prompts).mean()) < 0.05
+    moved = torch.roll(small, shifts=(1, 1), dims=(2, 3))
+    torch.testing.assert_close(rc(moved, prompts), rc(small, prompts), atol=1e-4, rtol=0)
+
+
+def test_realism_conditional_scores_a_real_glyph_of_the_wrong_size_as_fake(fns):
+    """realism_conditional reads the canvas as a sample of its prompt's size: real canvases score high under their
+    own size and low under the other (the same pixels, only the prompt's size changed), and every degradation still
+    costs it (`test_realism_drops_under_every_degradation`)."""
+    specs = [data.PromptSpec(d, c, p, s) for d in data.DIGITS for c in data.COLORS for p in data.POSITIONS
+             for s in data.SIZES]
+    images = data.render(specs, generator=torch.Generator().manual_seed(6))
+    right = [s.text for s in specs]
+    wrong = [data.PromptSpec(s.digit, s.color, s.position, _other(data.SIZES, s.size)).text for s in specs]
+    rc = fns["realism_conditional"]
+    _lower(rc, images, images, right, wrong, margin=0.4)
+    # the prompt decides only which size head is read: a prompt's other words do not move the score
+    other_colour = [data.PromptSpec(s.digit, _other(data.COLORS, s.color), s.position, s.size).text for s in specs]
+    torch.testing.assert_close(rc(images, other_colour), rc(images, right))
