@@ -804,3 +804,93 @@ def test_committed_pooled_single_reward_table_on_512_samples():
     vs = {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(pooled, "placebo")}
     assert [k for k, v in vs.items() if v == "worse"] == [("speck_free", "judge/defect_blur")]
     assert vs[("wash_free", "judge/size")] == vs[("realism", "judge/size")] == "tie"
+
+
+def test_committed_realism_variants_alone_tables_give_the_readme_verdicts():
+    """The realism-size round (README): realism alone fails on size; its size-blind view (realism_canonical)
+    fails worse (strict, colour and size) and loses the Fréchet gain; the size-conditional realism passes the rule
+    (Fréchet −814 ± 146, every other judge within its seed-std) and against the placebo lowers the Fréchet distance
+    and the fade defect and raises position, with no judge worse. Both tables recompute from their committed runs, and
+    their realism and placebo runs are the peak-clipping round's."""
+    runs, table = _committed_alone_table("alone_realism_canonical_reeval256")
+    assert _verdicts(table) == {"realism": False, "realism_canonical": False, "placebo": True}
+    assert _worse_judges(table) == {"realism": ["judge/size"],
+                                    "realism_canonical": ["judge/strict", "judge/color", "judge/size"]}
+    delta = {(r["reward"], r["judge"]): (r["delta"], r["seed_std"]) for r in table}
+    assert delta[("realism_canonical", "judge/fid")][0] > 0 > delta[("realism", "judge/fid")][0]
+    vs = _vs_placebo(runs)
+    assert {k for k, v in vs.items() if v != "tie"} == {("realism", "judge/defect_fade"), ("realism", "judge/fid"),
+                                                       ("realism_canonical", "judge/defect_fade")}
+    _assert_same_runs(runs, "alone_clipped_reeval256", ("realism", "placebo"))
+
+    runs, table = _committed_alone_table("alone_realism_conditional_reeval256")
+    assert _verdicts(table) == {"realism_conditional": True, "placebo": True}
+    assert _worse_judges(table) == {}
+    d, s = next((r["delta"], r["seed_std"]) for r in table if (r["reward"], r["judge"]) ==
+                ("realism_conditional", "judge/fid"))
+    assert d == pytest.approx(-814.4, abs=0.1) and s == pytest.approx(145.6, abs=0.1)
+    size = next(r for r in table if (r["reward"], r["judge"]) == ("realism_conditional", "judge/size"))
+    assert abs(size["delta"]) < size["seed_std"]
+    vs = _vs_placebo(runs)
+    assert {k: v for k, v in vs.items() if v != "tie"} == {
+        ("realism_conditional", "judge/position"): "better", ("realism_conditional", "judge/defect_fade"): "better",
+        ("realism_conditional", "judge/fid"): "better"}
+    _assert_same_runs(runs, "alone_clipped_reeval256", ("placebo",))
+
+
+def test_committed_realism_size_probe_every_realism_grows_the_glyphs_the_conditional_one_least():
+    """`scripts/realism_size_probe.py`'s committed table (README "The realism-size round"), 5 seeds, 128 test
+    samples, base -> final: realism draws small prompts' glyphs at a large glyph's side (7.9 -> 12.3 px) and flips the
+    size judge from small to large prompts; the size-blind view grows them further; the size-conditional realism
+    grows them least but still past 10 px, trading small prompts' size for large prompts' (its flat size judge is an
+    average of the two); the placebo leaves the side where it was."""
+    from pathlib import Path
+    from statistics import mean
+
+    from recast.io import read_csv
+
+    rows = read_csv(Path(__file__).resolve().parents[1] / "data" / "results" / "realism_size_probe.csv")
+
+    def m(reward, policy, key):
+        sel = [float(r[key]) for r in rows if r["reward"] == reward and r["policy"] == policy]
+        assert len(sel) == 5
+        return mean(sel)
+
+    rewards = ("realism", "realism_canonical", "realism_conditional", "placebo")
+    for key in ("side_small", "side_large", "size_judge_small"):  # one base model, the same noise for every run
+        assert len({round(m(rw, "base", key), 9) for rw in rewards}) == 1
+    base = {k: m("placebo", "base", k) for k in ("side_small", "size_judge_small", "size_judge_large")}
+    assert 7.5 < base["side_small"] < 8.5
+    small = {rw: m(rw, "final", "side_small") for rw in rewards}
+    assert small["realism_canonical"] > small["realism"] > 12 > small["realism_conditional"] > 10
+    assert abs(small["placebo"] - base["side_small"]) < 0.5
+    for rw in ("realism", "realism_canonical", "realism_conditional"):
+        lost = m(rw, "final", "size_judge_small") - base["size_judge_small"]
+        gained = m(rw, "final", "size_judge_large") - base["size_judge_large"]
+        assert lost < -0.25 and gained > 0.25, rw
+    assert m("realism_conditional", "final", "size_judge_small") > 2 * m("realism", "final", "size_judge_small")
+
+
+def test_committed_realism_conditional_pooled_table_on_512_samples_still_passes():
+    """realism_conditional on a second per-seed draw of 256 pooled with the first (`scripts/alone_draws.py`): it
+    still passes the rule (Fréchet −830 ± 116, size −0.011 ± 0.019), and the placebo's second draw is the wash-free
+    round's pooled table's, row for row."""
+    from pathlib import Path
+
+    from recast.alone import alone_table, pool_draws
+    from recast.io import read_csv
+
+    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    rows = read_csv(results / "alone_realism_conditional_pooled512_runs.csv")
+    assert {r["draw"] for r in rows} == {0, 1} and len(rows) == 2 * 2 * 5
+    table = alone_table(pool_draws(rows))
+    committed = read_csv(results / "alone_realism_conditional_pooled512.csv")
+    assert [r["delta"] for r in committed] == pytest.approx([r["delta"] for r in table], rel=1e-9)
+    assert _verdicts(table) == {"realism_conditional": True, "placebo": True} and _worse_judges(table) == {}
+    fid = next(r for r in table if (r["reward"], r["judge"]) == ("realism_conditional", "judge/fid"))
+    assert fid["delta"] == pytest.approx(-830.1, abs=0.1)
+    earlier = {(r["budget"], r["seed"], r["draw"]): r for r in read_csv(results / "alone_clipped_pooled512_runs.csv")}
+    for r in (r for r in rows if r["budget"] == "placebo"):
+        old = earlier[(r["budget"], r["seed"], r["draw"])]
+        for k in (k for k in r if k.startswith(("judge/", "base:judge/"))):
+            assert float(r[k]) == pytest.approx(float(old[k]), abs=1e-8, rel=0), k
