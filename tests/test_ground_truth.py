@@ -511,7 +511,9 @@ def test_figure02_subgrid_compare_reads_centres_lags_and_checks_of_both_figures(
 
 def test_committed_figure_02_at_16_substeps_is_consistent_and_what_it_says_holds():
     """Figure 02 re-drawn with 16 substeps for the clean batch and the continuations (README "The settled sub-grid
-    round"; `scripts/figure02_subgrid_compare.py`). The committed comparison CSV is what `compare` gives on the two
+    round"; `scripts/figure02_subgrid_compare.py`), as it was drawn then, with contrast in quality
+    (`informativeness_base_256_s16_contrast.json`; the wash-free round re-drew it from the same ends with wash_free,
+    `test_committed_figure_02_with_wash_free_...` below). The committed comparison CSV is what `compare` gives on the two
     committed figures. One sampler throughout passes the ground truth's checks in both batches (data-processing
     bound within 2 s.d., continuation ends' mean p within |z| < 2), while the T-step ODE the trainer samples with
     draws other textures (ode_z ≥ 2.5 for sharpness, speck_free, contrast and realism in both batches). Every reward
@@ -525,7 +527,7 @@ def test_committed_figure_02_at_16_substeps_is_consistent_and_what_it_says_holds
 
     root = Path(__file__).resolve().parents[1] / "data/results"
     old, new = (json.loads((root / f).read_text()) for f in ("informativeness_base_256.json",
-                                                             "informativeness_base_256_s16.json"))
+                                                             "informativeness_base_256_s16_contrast.json"))
     assert new["parameters"]["substeps"] == 16 and new["parameters"]["num_prompts"] == 256
     want = _script("figure02_subgrid_compare").compare(old, new)
     got = read_csv(root / "informativeness_s4_vs_s16.csv")
@@ -611,7 +613,7 @@ def test_committed_wash_free_timing_is_scored_on_figure_02s_first_batch():
     from recast.io import read_csv
 
     root = Path(__file__).resolve().parents[1] / "data/results"
-    gt = json.loads((root / "informativeness_base_256_s16.json").read_text())["rollout"]
+    gt = json.loads((root / "informativeness_base_256_s16_contrast.json").read_text())["rollout"]
     figure = dict(zip(gt["reward_names"], gains_centre_of_mass(torch.tensor(gt["gains"])).tolist()))
     rows = {r["name"]: r for r in read_csv(root / "timing_wash_free_s16.csv")}
     assert {int(r["seed"]) for r in rows.values()} == {0}
@@ -628,3 +630,49 @@ def test_committed_wash_free_timing_is_scored_on_figure_02s_first_batch():
     small = {(r["name"], int(r["seed"])): float(r["com"]) for r in read_csv(root / "timing_wash_free_64.csv")}
     for seed in (0, 1):
         assert small[("verdict:not_fade", seed)] < small[("wash_free", seed)] < small[("contrast", seed)] < 2.5
+
+
+def test_committed_figure_02_with_wash_free_is_the_contrast_figure_with_one_row_changed():
+    """Figure 02 re-drawn in the wash-free round from the same stored ends (both batches recorded again, 256 prompts x
+    8 continuations x 16 substeps) with wash_free in contrast's place: every other reward's profiles, bands and
+    checks, of both estimators and both batches, are the contrast-era figure's exactly, and so are the compose and
+    timing W (the noise shares move: each is read against the mean profile of all rows). wash_free is the earliest of the eight rewards in both batches (1.89 / 1.95); tweedie misses
+    rho 0.8 on both (0.77 / 0.64). In batch 2 its D at sigma 0.43 lies 4.2 bootstrap s.d. above D(0), the one
+    data-processing check over 2 in the figure (README "The realism-size round")."""
+    import json
+
+    from recast.informativeness import gains_centre_of_mass
+    from recast.io import read_csv
+
+    root = Path(__file__).resolve().parents[1] / "data/results"
+    old, new = (json.loads((root / f).read_text()) for f in ("informativeness_base_256_s16_contrast.json",
+                                                             "informativeness_base_256_s16.json"))
+    assert new["parameters"] == old["parameters"]
+    names = old["rollout"]["reward_names"]
+    k = names.index("contrast")
+    assert new["rollout"]["reward_names"] == names[:k] + ["wash_free"] + names[k + 1:]
+    coms = {}
+    for b, (o, n) in {"b1": (old, new), "b2": (old["replicate"], new["replicate"])}.items():
+        for est in ("rollout", "tweedie"):
+            for key in ("D", "D_lo", "D_hi", "gains"):  # noise_share reads every row's mean profile, so it moves
+                for i in range(len(names)):
+                    if i != k:
+                        assert n[est][key][i] == o[est][key][i], (b, est, key, names[i])
+        for check, values in n["rollout"]["checks"].items():
+            assert [v for i, v in enumerate(values) if i != k] == [v for i, v in enumerate(o["rollout"]["checks"][check])
+                                                                   if i != k], (b, check)
+        com = gains_centre_of_mass(torch.tensor(n["rollout"]["gains"])).tolist()
+        coms[b] = com[k]
+        assert com[k] == min(com) and com[k] < 2.0, (b, com)
+        assert n["spearman_gains"][k] < 0.8
+        assert abs(n["rollout"]["checks"]["ends_z"][k]) < 2
+    assert coms["b1"] == pytest.approx(1.890, abs=5e-4) and coms["b2"] == pytest.approx(1.949, abs=5e-4)
+    dp = new["replicate"]["rollout"]["checks"]["dp_z"]
+    assert dp[k] > 4 and max(v for i, v in enumerate(dp) if i != k) <= 2
+    assert max(new["rollout"]["checks"]["dp_z"]) <= 2
+    for setting in ("compose", "timing"):
+        for est in ("rollout", "tweedie"):
+            assert new["W"][f"{setting}/{est}"] == old["W"][f"{setting}/{est}"]
+    assert new["W"]["quality/rollout"] != old["W"]["quality/rollout"]
+    scored = {r["name"]: float(r["com"]) for r in read_csv(root / "timing_wash_free_s16.csv")}
+    assert scored["wash_free"] == pytest.approx(coms["b1"], abs=1e-6)
