@@ -512,9 +512,9 @@ def test_figure02_subgrid_compare_reads_centres_lags_and_checks_of_both_figures(
 def test_committed_figure_02_at_16_substeps_is_consistent_and_what_it_says_holds():
     """Figure 02 re-drawn with 16 substeps for the clean batch and the continuations (README "The settled sub-grid
     round"; `scripts/figure02_subgrid_compare.py`), as it was drawn then, with contrast in quality
-    (`informativeness_base_256_s16_contrast.json`; the wash-free round re-drew it from the same ends with wash_free,
-    `test_committed_figure_02_with_wash_free_...` below). The committed comparison CSV is what `compare` gives on the two
-    committed figures. One sampler throughout passes the ground truth's checks in both batches (data-processing
+    (`informativeness_base_256_s16_contrast.json`; the realism-size round re-drew it from the same ends with wash_free,
+    `test_committed_figure_02_with_wash_free_...` below). The committed comparison CSV is what `compare` gives on the
+    two committed figures. One sampler throughout passes the ground truth's checks in both batches (data-processing
     bound within 2 s.d., continuation ends' mean p within |z| < 2), while the T-step ODE the trainer samples with
     draws other textures (ode_z ≥ 2.5 for sharpness, speck_free, contrast and realism in both batches). Every reward
     is decided later than at 4 substeps, the designed order holds, colour and position are still outside the noisiest
@@ -633,11 +633,12 @@ def test_committed_wash_free_timing_is_scored_on_figure_02s_first_batch():
 
 
 def test_committed_figure_02_with_wash_free_is_the_contrast_figure_with_one_row_changed():
-    """Figure 02 re-drawn in the wash-free round from the same stored ends (both batches recorded again, 256 prompts x
-    8 continuations x 16 substeps) with wash_free in contrast's place: every other reward's profiles, bands and
-    checks, of both estimators and both batches, are the contrast-era figure's exactly, and so are the compose and
-    timing W (the noise shares move: each is read against the mean profile of all rows). wash_free is the earliest of the eight rewards in both batches (1.89 / 1.95); tweedie misses
-    rho 0.8 on both (0.77 / 0.64). In batch 2 its D at sigma 0.43 lies 4.2 bootstrap s.d. above D(0), the one
+    """Figure 02 re-drawn in the realism-size round from the same stored ends (both batches recorded again, 256
+    prompts x 8 continuations x 16 substeps) with wash_free in contrast's place: every other reward's profiles, bands
+    and checks, of both estimators and both batches, are the contrast-era figure's exactly, and so are the compose
+    and timing W (the noise shares move: each is read against the mean profile of all rows). wash_free is the
+    earliest of the eight rewards in both batches (1.89 / 1.95); tweedie misses rho 0.8 on both (0.77 / 0.64). In
+    batch 2 its D at sigma 0.43 lies 4.2 bootstrap s.d. above D(0), the one
     data-processing check over 2 in the figure (README "The realism-size round")."""
     import json
 
@@ -659,8 +660,9 @@ def test_committed_figure_02_with_wash_free_is_the_contrast_figure_with_one_row_
                     if i != k:
                         assert n[est][key][i] == o[est][key][i], (b, est, key, names[i])
         for check, values in n["rollout"]["checks"].items():
-            assert [v for i, v in enumerate(values) if i != k] == [v for i, v in enumerate(o["rollout"]["checks"][check])
-                                                                   if i != k], (b, check)
+            before = o["rollout"]["checks"][check]
+            assert [v for i, v in enumerate(values) if i != k] == [v for i, v in enumerate(before) if i != k], \
+                (b, check)
         com = gains_centre_of_mass(torch.tensor(n["rollout"]["gains"])).tolist()
         coms[b] = com[k]
         assert com[k] == min(com) and com[k] < 2.0, (b, com)
@@ -674,5 +676,7 @@ def test_committed_figure_02_with_wash_free_is_the_contrast_figure_with_one_row_
         for est in ("rollout", "tweedie"):
             assert new["W"][f"{setting}/{est}"] == old["W"][f"{setting}/{est}"]
     assert new["W"]["quality/rollout"] != old["W"]["quality/rollout"]
+    w = new["W"]["quality/rollout"][2]  # quality: sharpness, speck_free, wash_free, realism
+    assert sum(w[:3]) == pytest.approx(0.196, abs=5e-4) and sum(w) == pytest.approx(0.25, abs=1e-6)
     scored = {r["name"]: float(r["com"]) for r in read_csv(root / "timing_wash_free_s16.csv")}
     assert scored["wash_free"] == pytest.approx(coms["b1"], abs=1e-6)
