@@ -901,3 +901,27 @@ def test_committed_realism_conditional_pooled_table_on_512_samples_still_passes(
         old = earlier[(r["budget"], r["seed"], r["draw"])]
         for k in (k for k in r if k.startswith(("judge/", "base:judge/"))):
             assert float(r[k]) == pytest.approx(float(old[k]), abs=1e-8, rel=0), k
+
+
+def test_realism_size_probe_measures_real_canvases_at_their_true_sides():
+    """`scripts/realism_size_probe.py`'s measure on real canvases: small glyphs 8 px and large 12 px (the judges'
+    box), the size judge passes both, hardly any is blurred, and every realism reward scores them above 0.6."""
+    import importlib.util
+    from pathlib import Path
+
+    import torch
+
+    from recast.digits import data
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "realism_size_probe.py"
+    spec = importlib.util.spec_from_file_location("realism_size_probe", path)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    specs = [data.PromptSpec(d, c, p, s) for d in data.DIGITS for c in ("red", "green") for p in data.POSITIONS
+             for s in data.SIZES]
+    row = probe.measure(data.render(specs, generator=torch.Generator().manual_seed(2)), [s.text for s in specs])
+    assert row["side_small"] == pytest.approx(8.0, abs=0.05) and row["side_large"] == pytest.approx(12.0, abs=0.05)
+    assert row["size_judge_small"] > 0.95 and row["size_judge_large"] > 0.95 and row["blur"] < 0.05
+    assert row["inked_pixels_large"] > 1.5 * row["inked_pixels_small"]
+    for name in ("realism", "realism_canonical", "realism_conditional"):
+        assert row[f"{name}_small"] > 0.6 and row[f"{name}_large"] > 0.6, name
