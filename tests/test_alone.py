@@ -906,17 +906,12 @@ def test_committed_realism_conditional_pooled_table_on_512_samples_still_passes(
 def test_realism_size_probe_measures_real_canvases_at_their_true_sides():
     """`scripts/realism_size_probe.py`'s measure on real canvases: small glyphs 8 px and large 12 px (the judges'
     box), the size judge passes both, hardly any is blurred, and every realism reward scores them above 0.6."""
-    import importlib.util
-    from pathlib import Path
-
     import torch
+    from helpers import load_script
 
     from recast.digits import data
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "realism_size_probe.py"
-    spec = importlib.util.spec_from_file_location("realism_size_probe", path)
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = load_script("realism_size_probe")
     specs = [data.PromptSpec(d, c, p, s) for d in data.DIGITS for c in ("red", "green") for p in data.POSITIONS
              for s in data.SIZES]
     row = probe.measure(data.render(specs, generator=torch.Generator().manual_seed(2)), [s.text for s in specs])

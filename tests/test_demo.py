@@ -171,14 +171,14 @@ def test_committed_quality_rescore_reproduces_and_confirms_the_frechet_win():
     committed paired and change tables follow from its committed rows, and they keep the demo's one judge call against
     uniform, the Fréchet distance, with every other judge a tie. Against reward_sum ReCAST wins size and blur and loses
     speckle, fade and the Fréchet distance; under uniform no judge moves the wrong way by more than a seed-std."""
-    import importlib.util
     from pathlib import Path
+
+    from helpers import load_script
 
     from recast.demo import rescore_changes, rescore_paired
     from recast.io import read_csv
 
-    root = Path(__file__).resolve().parents[1]
-    results = root / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "data" / "results"
     rows = read_csv(results / "demo5_quality_rescore.csv")
     assert len(rows) == 3 * 5 * 2 and {r["eval_prompts"] for r in rows} == {256}
     for name, fn in (("paired", rescore_paired), ("changes", rescore_changes)):
@@ -197,10 +197,7 @@ def test_committed_quality_rescore_reproduces_and_confirms_the_frechet_win():
                      "reward_sum": {"win": {"judge/size", "judge/defect_blur"},
                                     "loss": {"judge/defect_speckle", "judge/defect_fade", "judge/fid"}}}, calls
     assert not [r for r in rescore_changes(rows) if r["method"] == "uniform" and r["worse"]]
-    spec = importlib.util.spec_from_file_location("demo_rescore", root / "scripts" / "demo_rescore.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    table = script.report(rows)
+    table = load_script("demo_rescore").report(rows)
     assert "| judge/fid | +127.871 [+43.241, +212.502] loss | -34.335 [-66.216, -2.454] win |" in table
 
 

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import load_script
 
 from recast.informativeness import renyi_discriminability, renyi_rows
 from recast.rollout import fine_grid, reward_agreement, rollout_estimate, sample_ancestral
@@ -398,15 +399,7 @@ def test_committed_grid_design_on_the_16_substep_curve_still_crowds_the_grid_and
             assert r["samples"][defect] > max(0.6, presets["samples"][defect]), (r["name"], defect)
 
 
-def _script(name: str):
-    """A script of ``scripts/`` imported as a module."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+_script = load_script  # a script of ``scripts/`` imported as a module
 
 
 def _subgrid_probe():

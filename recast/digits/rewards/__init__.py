@@ -115,15 +115,12 @@ def _realism_factory(device: torch.device | str = "cpu", weights_dir=None) -> Re
     return realism
 
 
-# realism_canonical's logit temperature: realism's, which meets realism's rule here too (every 32-sample batch of the
-# audit's base samples has std >= 0.040, real canvases score 0.71, each taught degradation costs >= 0.3)
-REALISM_CANONICAL_TEMPERATURE: float = 3.0
-
-
 def _realism_canonical_factory(device: torch.device | str = "cpu", weights_dir=None) -> RewardFn:
     """`realism` on the canvas' canonical view (`recast.digits.rewards.nets.canonical_view`: the glyph centred and
     resampled to a 12-px side), by a CNN of the same shape trained on canonical views of the same real and degraded
-    canvases: ``sigmoid(logit / REALISM_CANONICAL_TEMPERATURE)``. Range [0, 1]. In no setting.
+    canvases, at realism's temperature: ``sigmoid(logit / REALISM_TEMPERATURE)``, which meets realism's rule here
+    too (every 32-sample batch of the audit's base samples has std >= 0.040, real canvases score 0.71, each taught
+    degradation costs >= 0.3). Range [0, 1]. In no setting.
 
     Trained alone, `realism` grew the glyphs of small prompts to a large glyph's side (7.9 -> 12.3 px on 128 test
     samples of its five runs) and the size judge's small prompts fell from 0.59 to 0.09. In the canonical view a
@@ -139,7 +136,7 @@ def _realism_canonical_factory(device: torch.device | str = "cpu", weights_dir=N
     def realism_canonical(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         _rules._specs(list(prompts), images.shape[0])
         view = nets.canonical_view(images.float().cpu()).to(device)
-        return torch.sigmoid(net(nets.realism_input(view))[:, 0] / REALISM_CANONICAL_TEMPERATURE).float()
+        return torch.sigmoid(net(nets.realism_input(view))[:, 0] / REALISM_TEMPERATURE).float()
 
     realism_canonical.__doc__ = _realism_canonical_factory.__doc__
     return realism_canonical
