@@ -35,6 +35,7 @@ MATCHING_JUDGES: dict[str, tuple[str, ...]] = {
     "contrast": ("judge/defect_fade", "judge/fid"), "contrast_flat": ("judge/defect_fade", "judge/fid"),
     "wash_free": ("judge/defect_fade", "judge/fid"), "realism": ("judge/fid",),
     "realism_canonical": ("judge/fid",), "realism_conditional": ("judge/fid",),
+    "realism_centred": ("judge/fid",),
     # the null: a reward with no signal (a hash of the pixels) has no judge to raise, and passes when it lowers none.
     # What it does to the judges is what optimisation noise alone does, the control for every row above.
     "placebo": (),

@@ -1,13 +1,14 @@
 """Probe: what does a single-reward run do to the glyph's size, per prompted size? Base vs final samples.
 
-    python scripts/realism_size_probe.py realism realism_canonical realism_conditional placebo --seeds 0,1,2,3,4
+    python scripts/realism_size_probe.py realism realism_canonical realism_conditional realism_centred placebo \
+        --seeds 0,1,2,3,4
 
 For each run of `python -m recast.alone` it samples the base model (adapters off) and the final EMA policy on 128
 test prompts with the same noise (`recast.alone.base_and_final_samples`) and writes one row per (reward, seed,
 policy) to data/results/realism_size_probe.csv: for small and for large prompts the judges' glyph side and inked
-pixel count (`recast.digits.judges.attributes._mask_stats`), the size judge's pass rate, and the three realism rewards'
+pixel count (`recast.digits.judges.attributes._mask_stats`), the size judge's pass rate, and the four realism rewards'
 means; and the blur verdict over all samples. Real glyphs are 8 px (small) and 12 px (large). Analysis only (README
-"The realism-size round").
+"The realism-size round", "The centred-realism round").
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import functools
 def _realism_rewards() -> dict:
     from recast.digits.rewards import get
 
-    return {name: get(name)("cpu") for name in ("realism", "realism_canonical", "realism_conditional")}
+    return {name: get(name)("cpu") for name in ("realism", "realism_canonical", "realism_conditional",
+                                                       "realism_centred")}
 
 
 def measure(images, prompts) -> dict:

@@ -41,7 +41,7 @@ def _other(values, v):
 
 def test_registry_names_settings_and_unknown():
     in_no_setting = {"placebo", "position", "size", "clean", "clean_mass", "contrast", "contrast_flat",
-                     "speck_free_abs", "realism_canonical", "realism_conditional",
+                     "speck_free_abs", "realism_canonical", "realism_conditional", "realism_centred",
                      "sharpness_steep",
                      "sharpness_steep_hinged"} | set(rewards.ORACLE_VERDICTS)
     assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | in_no_setting
@@ -716,3 +716,45 @@ def test_realism_conditional_scores_a_real_glyph_of_the_wrong_size_as_fake(fns):
     # the prompt decides only which size head is read: a prompt's other words do not move the score
     other_colour = [data.PromptSpec(s.digit, _other(data.COLORS, s.color), s.position, s.size).text for s in specs]
     torch.testing.assert_close(rc(images, other_colour), rc(images, right))
+
+
+def test_realism_centred_is_realism_conditional_with_each_size_head_shifted(fns):
+    """realism_centred reads the same logit as realism_conditional and moves each size head's zero to the base model's
+    mean: logit(r_centred) = logit(r_conditional) - centre[size] / T, closed form on real canvases of every prompt.
+    So within a size the two rank every canvas alike, and every degradation's order carries over from
+    `test_realism_drops_under_every_degradation`. Its margins do not: centred, real canvases sit near the top of the
+    sigmoid (>= 0.95), where a jittered canvas costs only a few hundredths."""
+    specs = [data.PromptSpec(d, c, p, s) for d in data.DIGITS for c in data.COLORS for p in data.POSITIONS
+             for s in data.SIZES]
+    images = data.render(specs, generator=torch.Generator().manual_seed(7))
+    prompts = [s.text for s in specs]
+    t = rewards.REALISM_TEMPERATURE
+    centre = torch.tensor([rewards.REALISM_CENTRES[list(data.SIZES).index(s.size)] for s in specs])
+    with torch.no_grad():
+        z = rewards.realism_conditional_logits(images, prompts, _conditional_net())
+    torch.testing.assert_close(fns["realism_centred"](images, prompts), torch.sigmoid((z - centre) / t))
+    torch.testing.assert_close(fns["realism_conditional"](images, prompts), torch.sigmoid(z / t))
+    assert fns["realism_centred"](images, prompts).median() > 0.95
+    # small prompts' base samples look less real to their head than large prompts' to theirs (README)
+    assert rewards.REALISM_CENTRES[0] < rewards.REALISM_CENTRES[1] < 0
+
+
+def _conditional_net():
+    from recast.digits.rewards import nets
+
+    return nets.load_net("realism_conditional_cnn", nets.realism_conditional_net, "cpu", None)
+
+
+def test_realism_centres_recomputed_from_their_recipe():
+    """REALISM_CENTRES is the mean realism_conditional logit per prompted size of the committed base model's ODE
+    samples of 256 train-split prompts (seed 1, 10 steps): recomputed here, to the 3 decimals it is stored with; a
+    subset with one size only cannot centre the other head."""
+    from recast.digits.audit import sample_world
+    from recast.digits.world import load_world
+
+    images, prompts = sample_world(load_world("data/digit_base"), n=256, split="train", num_steps=10, seed=1)
+    means = rewards.realism_head_means(images, prompts, _conditional_net())
+    assert means == pytest.approx(rewards.REALISM_CENTRES, abs=1e-3)
+    small = [i for i, p in enumerate(prompts) if data.parse_prompt(p).size == "small"]
+    with pytest.raises(ValueError, match="no sample of size 'large'"):
+        rewards.realism_head_means(images[small], [prompts[i] for i in small], _conditional_net())
