@@ -20,7 +20,7 @@ def test_every_reward_with_a_judge_has_matching_judges():
 
     # the realism variants of the realism-size round have no entry in MATCHING_VERDICT, so the audit (and its AUC >= 0.8
     # test) leaves them out: both miss it, and `test_realism_variants_agreement_on_the_audit_draw` checks their values
-    variants = {"realism_canonical", "realism_conditional", "realism_centred"}
+    variants = {"realism_canonical", "realism_conditional"}
     assert set(MATCHING_JUDGES) == set(MATCHING_VERDICT) | {"placebo"} | set(ORACLE_VERDICTS) | variants
     assert all(MATCHING_JUDGES[v] == MATCHING_JUDGES["realism"] for v in variants)
     assert MATCHING_JUDGES["placebo"] == () and all(MATCHING_JUDGES[r] for r in MATCHING_VERDICT)

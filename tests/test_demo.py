@@ -63,7 +63,9 @@ def test_demo_rejects_bad_method_before_training(tmp_path):
 
 
 def _calls(setting: str) -> dict[str, dict[str, set[str]]]:
-    """baseline -> {"win": metrics, "loss": metrics} of the committed 5-seed demo's paired table."""
+    """baseline -> {"win": metrics, "loss": metrics} of the committed 5-seed demo's paired table
+    (``data/results/demo5_<setting>_paired.csv``; ``quality_realism``: the quality demo before the centred-realism
+    round)."""
     from pathlib import Path
 
     from recast.io import read_csv
@@ -81,10 +83,11 @@ def _calls(setting: str) -> dict[str, dict[str, set[str]]]:
 def test_committed_5_seed_demos_give_the_readme_verdicts():
     """The README's results ("What the tables say"), from the committed paired tables of the 5-seed demos. Compose
     (re-judged in the peak-clipping round): ReCAST beats uniform on the colour and position judges and loses none;
-    against reward_sum it wins blur and loses fade. Quality (re-trained in the wash-free round, wash_free in
-    contrast's place): ReCAST beats uniform on the Fréchet distance and ties every other judge; reward_sum beats
-    ReCAST on the Fréchet distance."""
-    compose, quality = _calls("compose"), _calls("quality")
+    against reward_sum it wins blur and loses fade. Quality (re-trained in the centred-realism round, realism_centred
+    in realism's place): ReCAST ties uniform on every judge and reward; reward_sum beats ReCAST on the Fréchet
+    distance and the position judge. Before that round (wash_free and realism; `demo5_quality_realism`) ReCAST beat
+    uniform on the Fréchet distance and tied every other judge, and reward_sum beat ReCAST on the Fréchet distance."""
+    compose, quality = _calls("compose"), _calls("quality_realism")
     judges = lambda ms: {m for m in ms if m.startswith("judge/")}  # noqa: E731
     assert judges(compose["uniform"]["win"]) == {"judge/color", "judge/position"}
     assert compose["uniform"]["win"] - judges(compose["uniform"]["win"]) == \
@@ -97,13 +100,18 @@ def test_committed_5_seed_demos_give_the_readme_verdicts():
     assert not quality["uniform"]["loss"]
     assert quality["reward_sum"]["win"] == {"reward/sharpness"}
     assert quality["reward_sum"]["loss"] == {"judge/fid", "reward/speck_free", "reward/realism"}
+    quality = _calls("quality")
+    assert quality["uniform"] == {"win": set(), "loss": set()}
+    assert quality["reward_sum"]["win"] == {"reward/sharpness"}
+    assert quality["reward_sum"]["loss"] == {"judge/fid", "judge/position", "reward/wash_free", "reward/realism_centred"}
 
 
-@pytest.mark.parametrize("setting", ["compose", "quality"])
-def test_committed_5_seed_demos_meet_the_uniform_baseline_target(setting):
+@pytest.mark.parametrize("setting,fid_share", [("compose", 0.5), ("quality", 0.55), ("quality_realism", 0.5)])
+def test_committed_5_seed_demos_meet_the_uniform_baseline_target(setting, fid_share):
     """Issue 8's training target on the committed 5-seed demos: under uniform weighting every training reward rises,
     every held-out judge rises or moves the wrong way by no more than its seed-std, and the Fréchet distance grows by
-    no more than 25 % (here it falls by more than half in both settings)."""
+    no more than 25 %. Here it falls: by more than half in compose and in quality before the centred-realism round
+    (``quality_realism``), by 46 % in quality now (to at most ``fid_share`` of the base's)."""
     from pathlib import Path
 
     d = json.loads((Path(__file__).resolve().parents[1] / "data" / "results" / f"demo5_{setting}.json").read_text())
@@ -117,7 +125,7 @@ def test_committed_5_seed_demos_meet_the_uniform_baseline_target(setting):
         else:
             assert gain >= -r["delta_std"], (metric, r)
     fid = rows["judge/fid"]
-    assert fid["final_mean"] <= 0.5 * fid["base_mean"], fid
+    assert fid["final_mean"] <= fid_share * fid["base_mean"] < 1.25 * fid["base_mean"], fid
 
 
 def test_rescore_pairs_methods_on_shared_draws_and_pools_them(tmp_path, monkeypatch):
@@ -166,8 +174,9 @@ def test_rescore_pairs_methods_on_shared_draws_and_pools_them(tmp_path, monkeypa
         rescore_paired([r for r in rows if not (r["method"] == "uniform" and r["seed"] == 1 and r["draw"] == 1)])
 
 
-def test_committed_quality_rescore_reproduces_and_confirms_the_frechet_win():
-    """The 5-seed quality demo re-scored on 2 draws of 256 samples per policy (`scripts/demo_rescore.py`): the
+def test_committed_quality_realism_rescore_reproduces_and_confirms_the_frechet_win():
+    """The wash-free round's 5-seed quality demo (realism in the setting, before the centred-realism round; re-scored
+    as `demo5_quality_rescore`, renamed `demo5_quality_realism_rescore`) on 2 draws of 256 samples per policy: the
     committed paired and change tables follow from its committed rows, and they keep the demo's one judge call against
     uniform, the Fréchet distance, with every other judge a tie. Against reward_sum ReCAST wins size and blur and loses
     speckle, fade and the Fréchet distance; under uniform no judge moves the wrong way by more than a seed-std."""
@@ -179,10 +188,10 @@ def test_committed_quality_rescore_reproduces_and_confirms_the_frechet_win():
     from recast.io import read_csv
 
     results = Path(__file__).resolve().parents[1] / "data" / "results"
-    rows = read_csv(results / "demo5_quality_rescore.csv")
+    rows = read_csv(results / "demo5_quality_realism_rescore.csv")
     assert len(rows) == 3 * 5 * 2 and {r["eval_prompts"] for r in rows} == {256}
     for name, fn in (("paired", rescore_paired), ("changes", rescore_changes)):
-        committed = read_csv(results / f"demo5_quality_rescore_{name}.csv")
+        committed = read_csv(results / f"demo5_quality_realism_rescore_{name}.csv")
         fresh = fn(rows)
         assert len(fresh) == len(committed)
         for a, b in zip(fresh, committed):
@@ -241,7 +250,7 @@ def test_committed_quality_rescores_with_contrast_and_with_wash_free():
 
     results = Path(__file__).resolve().parents[1] / "data" / "results"
     contrast = read_csv(results / "demo5_quality_contrast_rescore.csv")
-    wash = read_csv(results / "demo5_quality_rescore.csv")
+    wash = read_csv(results / "demo5_quality_realism_rescore.csv")
     assert len(contrast) == 15 and {r["draw"] for r in contrast} == {0}
     for name, fn in (("paired", rescore_paired), ("changes", rescore_changes)):
         committed = read_csv(results / f"demo5_quality_contrast_rescore_{name}.csv")
@@ -250,8 +259,52 @@ def test_committed_quality_rescores_with_contrast_and_with_wash_free():
     fid = {r["baseline"]: r for r in rescore_paired(contrast) if r["metric"] == "judge/fid"}
     assert fid["uniform"]["verdict"] == "win" and fid["reward_sum"]["verdict"] == "loss"
     vs = rescore_compare(wash, contrast)
-    committed = read_csv(results / "demo5_quality_rescore_vs_demo5_quality_contrast_rescore.csv")
+    committed = read_csv(results / "demo5_quality_realism_rescore_vs_demo5_quality_contrast_rescore.csv")
     assert [r["diff"] for r in committed] == pytest.approx([r["diff"] for r in vs], rel=1e-9)
     calls = {(r["method"], r["metric"]): r["verdict"] for r in vs if r["verdict"] != "tie"}
     assert calls == {(m, k): v for m in ("recast", "uniform", "reward_sum")
                      for k, v in (("judge/defect_fade", "win"), ("judge/fid", "loss"))}, calls
+
+
+def test_committed_quality_rescore_with_realism_centred_and_its_swap():
+    """The centred-realism round's 5-seed quality demo re-scored on draw 0 (256 samples per policy and seed, the
+    same noise as draw 0 of the realism-era re-score): the committed tables follow from their rows. ReCAST ties
+    uniform on every judge but size (+0.006, a win) and the Fréchet distance ties (-11 [-53, +31]); against
+    reward_sum it wins size and loses digit, position, speckle, fade and the Fréchet distance; under uniform no judge
+    moves the wrong way by more than a seed-std. Against the realism-era policies on the same noise, the swap raises
+    the Fréchet distance under every method and lowers fade under uniform and reward_sum; every other judge ties."""
+    from pathlib import Path
+
+    from recast.demo import rescore_changes, rescore_compare, rescore_paired
+    from recast.io import read_csv
+
+    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    rows = read_csv(results / "demo5_quality_rescore.csv")
+    assert len(rows) == 3 * 5 and {r["draw"] for r in rows} == {0} and {r["eval_prompts"] for r in rows} == {256}
+    for name, fn in (("paired", rescore_paired), ("changes", rescore_changes)):
+        committed = read_csv(results / f"demo5_quality_rescore_{name}.csv")
+        fresh = fn(rows)
+        assert len(fresh) == len(committed)
+        for a, b in zip(fresh, committed):
+            for k in a:
+                assert a[k] == (pytest.approx(b[k], rel=1e-9, abs=1e-12) if isinstance(a[k], float) else b[k]), k
+    calls = {}
+    for r in rescore_paired(rows):
+        if r["metric"].startswith("judge/") and r["verdict"] != "tie":
+            calls.setdefault(r["baseline"], {}).setdefault(r["verdict"], set()).add(r["metric"])
+    assert calls == {"uniform": {"win": {"judge/size"}},
+                     "reward_sum": {"win": {"judge/size"},
+                                    "loss": {"judge/digit", "judge/position", "judge/defect_speckle",
+                                             "judge/defect_fade", "judge/fid"}}}, calls
+    fid = next(r for r in rescore_paired(rows) if (r["baseline"], r["metric"]) == ("uniform", "judge/fid"))
+    assert fid["diff"] == pytest.approx(-10.92, abs=0.01)
+    assert not [r for r in rescore_changes(rows) if r["method"] == "uniform" and r["worse"]]
+    vs = rescore_compare(rows, read_csv(results / "demo5_quality_realism_rescore.csv"))
+    committed = read_csv(results / "demo5_quality_rescore_vs_demo5_quality_realism_rescore.csv")
+    assert [r["diff"] for r in committed] == pytest.approx([r["diff"] for r in vs], rel=1e-9)
+    calls = {(r["method"], r["metric"]): r["verdict"] for r in vs if r["verdict"] != "tie"}
+    assert calls == {("recast", "judge/fid"): "loss", ("uniform", "judge/fid"): "loss",
+                     ("reward_sum", "judge/fid"): "loss", ("uniform", "judge/defect_fade"): "win",
+                     ("reward_sum", "judge/defect_fade"): "win"}, calls
+    fid = {r["method"]: r["diff"] for r in vs if r["metric"] == "judge/fid"}
+    assert fid == pytest.approx({"recast": 154.1, "uniform": 129.2, "reward_sum": 54.6}, abs=0.1)

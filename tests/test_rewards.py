@@ -41,19 +41,19 @@ def _other(values, v):
 
 def test_registry_names_settings_and_unknown():
     in_no_setting = {"placebo", "position", "size", "clean", "clean_mass", "contrast", "contrast_flat",
-                     "speck_free_abs", "realism_canonical", "realism_conditional", "realism_centred",
+                     "speck_free_abs", "realism", "realism_canonical", "realism_conditional",
                      "sharpness_steep",
                      "sharpness_steep_hinged"} | set(rewards.ORACLE_VERDICTS)
     assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | in_no_setting
     assert not set(rewards.ORACLE_VERDICTS) & {n for s in rewards.SETTINGS.values() for n in s}  # controls only
     assert rewards.SETTINGS["compose"] == ("digit", "color", "position_flat", "size_half_max", "sharpness")
-    assert rewards.SETTINGS["quality"] == ("sharpness", "speck_free", "wash_free", "realism")
+    assert rewards.SETTINGS["quality"] == ("sharpness", "speck_free", "wash_free", "realism_centred")
     assert rewards.SETTINGS["timing"] == ("color", "speck_free")
     with pytest.raises(ValueError, match="valid: digit"):
         rewards.get("aesthetic")
     # a reward in two settings is listed once, at its first place
     assert rewards.setting_rewards("compose", "quality") == ("digit", "color", "position_flat", "size_half_max",
-                                                              "sharpness", "speck_free", "wash_free", "realism")
+                                                              "sharpness", "speck_free", "wash_free", "realism_centred")
     assert rewards.setting_rewards("quality") == rewards.SETTINGS["quality"]
     with pytest.raises(ValueError, match="unknown setting"):
         rewards.setting_rewards("compose", "nope")

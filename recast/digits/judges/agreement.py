@@ -22,7 +22,7 @@ MATCHING_VERDICT: dict[str, str] = {
     "speck_free": "not_speckle", "speck_free_abs": "not_speckle", "sharpness_steep": "not_blur",
     "sharpness_steep_hinged": "not_blur",
     "contrast": "not_fade", "contrast_flat": "not_fade", "wash_free": "not_fade",
-    "realism": "defect_free",
+    "realism": "defect_free", "realism_centred": "defect_free",
 }
 
 
