@@ -163,12 +163,13 @@ def test_ground_truth_consistency_on_the_base_model(base):
     ends = dict(zip(names, checks["ends_z"]))
     assert max(abs(z) for z in ends.values()) <= 3.0, ends
     torch.testing.assert_close(prof.W.sum(1), torch.full((8,), 1 / 8, dtype=torch.float64))
-    # Every reward has signal on this base: colour (constant on the old one) now varies, and realism, whose CNN is
-    # confident that every sample is fake, is read at temperature 3 so that its spread clears the silencing floor
-    # (at temperature 1 it was silenced here).
+    # Every reward has signal on this base: colour (constant on the old one) now varies, and quality's realism, whose
+    # CNN is confident that every sample is fake, has its spread clear the silencing floor: realism at temperature 3
+    # (at temperature 1 it was silenced here), realism_centred since the centred-realism round by each size head's
+    # zero moved to the base model's mean logit.
     silenced = dict(zip(names, prof.silenced.tolist()))
     assert not any(silenced.values()), silenced
-    assert (prof.D[names.index("realism")] > 0).any()
+    assert (prof.D[names.index("realism_centred")] > 0).any()
 
 
 @pytest.mark.slow
