@@ -891,15 +891,10 @@ def test_committed_realism_conditional_pooled_table_on_512_samples_still_passes(
     wash-free round's pooled table's, row for row."""
     from pathlib import Path
 
-    from recast.alone import alone_table, pool_draws
     from recast.io import read_csv
 
     results = Path(__file__).resolve().parents[1] / "data" / "results"
-    rows = read_csv(results / "alone_realism_conditional_pooled512_runs.csv")
-    assert {r["draw"] for r in rows} == {0, 1} and len(rows) == 2 * 2 * 5
-    table = alone_table(pool_draws(rows))
-    committed = read_csv(results / "alone_realism_conditional_pooled512.csv")
-    assert [r["delta"] for r in committed] == pytest.approx([r["delta"] for r in table], rel=1e-9)
+    rows, table = _committed_pooled_table("alone_realism_conditional_pooled512")
     assert _verdicts(table) == {"realism_conditional": True, "placebo": True} and _worse_judges(table) == {}
     fid = next(r for r in table if (r["reward"], r["judge"]) == ("realism_conditional", "judge/fid"))
     assert fid["delta"] == pytest.approx(-830.1, abs=0.1)
@@ -935,11 +930,6 @@ def test_committed_realism_centred_alone_tables_pass_on_256_and_512_samples():
     draw pooled with the first (Fréchet −770 ± 105, size +0.008 ± 0.017); every judge's mean moves the right way on
     both; against the placebo it lowers the Fréchet distance, the fade and the speckle defect and costs nothing. The
     tables recompute from their committed runs; realism's and the placebo's runs are the peak-clipping round's."""
-    from pathlib import Path
-
-    from recast.alone import alone_table, pool_draws
-    from recast.io import read_csv
-
     lower_is_better = lambda j: j == "judge/fid" or j.startswith("judge/defect_")  # noqa: E731
     runs, table = _committed_alone_table("alone_realism_centred_reeval256")
     assert _verdicts(table) == {"realism": False, "realism_centred": True, "placebo": True}
@@ -954,14 +944,27 @@ def test_committed_realism_centred_alone_tables_pass_on_256_and_512_samples():
         ("realism_centred", "judge/fid"): "better"}
     _assert_same_runs(runs, "alone_clipped_reeval256", ("realism", "placebo"))
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
-    rows = read_csv(results / "alone_realism_centred_pooled512_runs.csv")
-    assert {r["draw"] for r in rows} == {0, 1} and len(rows) == 2 * 2 * 5
-    pooled = alone_table(pool_draws(rows))
-    committed = read_csv(results / "alone_realism_centred_pooled512.csv")
-    assert [r["delta"] for r in committed] == pytest.approx([r["delta"] for r in pooled], rel=1e-9)
+    _, pooled = _committed_pooled_table("alone_realism_centred_pooled512")
     assert _verdicts(pooled) == {"realism_centred": True, "placebo": True} and _worse_judges(pooled) == {}
     delta = {r["judge"]: (r["delta"], r["seed_std"]) for r in pooled if r["reward"] == "realism_centred"}
     assert delta["judge/fid"] == pytest.approx((-769.8, 105.3), abs=0.1)
     assert delta["judge/size"] == pytest.approx((0.008, 0.017), abs=0.001)
     assert all((d < 0) == lower_is_better(j) for j, (d, _) in delta.items() if j.startswith("judge/"))
+
+
+def _committed_pooled_table(name: str):
+    """The committed rows ``data/results/<name>_runs.csv`` of one reward and the placebo on two pooled draws
+    (`scripts/alone_draws.py`, 5 seeds) and their pooled `alone_table`, checked to give the committed ``<name>.csv``'s
+    changes."""
+    from pathlib import Path
+
+    from recast.alone import alone_table, pool_draws
+    from recast.io import read_csv
+
+    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    rows = read_csv(results / f"{name}_runs.csv")
+    assert {r["draw"] for r in rows} == {0, 1} and len(rows) == 2 * 2 * 5
+    table = alone_table(pool_draws(rows))
+    assert [r["delta"] for r in read_csv(results / f"{name}.csv")] == pytest.approx([r["delta"] for r in table],
+                                                                                     rel=1e-9)
+    return rows, table

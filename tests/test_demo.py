@@ -180,24 +180,12 @@ def test_committed_quality_realism_rescore_reproduces_and_confirms_the_frechet_w
     committed paired and change tables follow from its committed rows, and they keep the demo's one judge call against
     uniform, the Fréchet distance, with every other judge a tie. Against reward_sum ReCAST wins size and blur and loses
     speckle, fade and the Fréchet distance; under uniform no judge moves the wrong way by more than a seed-std."""
-    from pathlib import Path
-
     from helpers import load_script
 
     from recast.demo import rescore_changes, rescore_paired
-    from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
-    rows = read_csv(results / "demo5_quality_realism_rescore.csv")
+    rows = _committed_rescore("demo5_quality_realism_rescore")
     assert len(rows) == 3 * 5 * 2 and {r["eval_prompts"] for r in rows} == {256}
-    for name, fn in (("paired", rescore_paired), ("changes", rescore_changes)):
-        committed = read_csv(results / f"demo5_quality_realism_rescore_{name}.csv")
-        fresh = fn(rows)
-        assert len(fresh) == len(committed)
-        for a, b in zip(fresh, committed):
-            assert a.keys() == b.keys()
-            for k in a:
-                assert a[k] == (pytest.approx(b[k], rel=1e-9, abs=1e-12) if isinstance(a[k], float) else b[k]), k
     calls = {}
     for r in rescore_paired(rows):
         if r["metric"].startswith("judge/") and r["verdict"] != "tie":
@@ -279,15 +267,8 @@ def test_committed_quality_rescore_with_realism_centred_and_its_swap():
     from recast.io import read_csv
 
     results = Path(__file__).resolve().parents[1] / "data" / "results"
-    rows = read_csv(results / "demo5_quality_rescore.csv")
+    rows = _committed_rescore("demo5_quality_rescore")
     assert len(rows) == 3 * 5 and {r["draw"] for r in rows} == {0} and {r["eval_prompts"] for r in rows} == {256}
-    for name, fn in (("paired", rescore_paired), ("changes", rescore_changes)):
-        committed = read_csv(results / f"demo5_quality_rescore_{name}.csv")
-        fresh = fn(rows)
-        assert len(fresh) == len(committed)
-        for a, b in zip(fresh, committed):
-            for k in a:
-                assert a[k] == (pytest.approx(b[k], rel=1e-9, abs=1e-12) if isinstance(a[k], float) else b[k]), k
     calls = {}
     for r in rescore_paired(rows):
         if r["metric"].startswith("judge/") and r["verdict"] != "tie":
@@ -308,3 +289,24 @@ def test_committed_quality_rescore_with_realism_centred_and_its_swap():
                      ("reward_sum", "judge/defect_fade"): "win"}, calls
     fid = {r["method"]: r["diff"] for r in vs if r["metric"] == "judge/fid"}
     assert fid == pytest.approx({"recast": 154.1, "uniform": 129.2, "reward_sum": 54.6}, abs=0.1)
+
+
+def _committed_rescore(name: str) -> list[dict]:
+    """The committed rows ``data/results/<name>.csv`` of `scripts/demo_rescore.py`, checked to give its committed
+    ``<name>_paired.csv`` and ``<name>_changes.csv`` field for field."""
+    from pathlib import Path
+
+    from recast.demo import rescore_changes, rescore_paired
+    from recast.io import read_csv
+
+    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    rows = read_csv(results / f"{name}.csv")
+    for table, fn in (("paired", rescore_paired), ("changes", rescore_changes)):
+        committed = read_csv(results / f"{name}_{table}.csv")
+        fresh = fn(rows)
+        assert len(fresh) == len(committed)
+        for a, b in zip(fresh, committed):
+            assert a.keys() == b.keys()
+            for k in a:
+                assert a[k] == (pytest.approx(b[k], rel=1e-9, abs=1e-12) if isinstance(a[k], float) else b[k]), k
+    return rows

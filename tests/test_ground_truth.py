@@ -635,29 +635,14 @@ def test_committed_figure_02_with_wash_free_is_the_contrast_figure_with_one_row_
     batch 2 its D at sigma 0.43 lies 4.2 bootstrap s.d. above D(0), the one
     data-processing check over 2 in the figure (README "The realism-size round"). That figure is kept as
     `informativeness_base_256_s16_realism.json` since the centred-realism round re-drew it with realism_centred."""
-    import json
-
     from recast.informativeness import gains_centre_of_mass
     from recast.io import read_csv
 
     root = Path(__file__).resolve().parents[1] / "data/results"
-    old, new = (json.loads((root / f).read_text()) for f in ("informativeness_base_256_s16_contrast.json",
-                                                             "informativeness_base_256_s16_realism.json"))
-    assert new["parameters"] == old["parameters"]
-    names = old["rollout"]["reward_names"]
-    k = names.index("contrast")
-    assert new["rollout"]["reward_names"] == names[:k] + ["wash_free"] + names[k + 1:]
+    old, new, k = _figure_with_one_row_changed("informativeness_base_256_s16_contrast.json",
+                                               "informativeness_base_256_s16_realism.json", "contrast", "wash_free")
     coms = {}
-    for b, (o, n) in {"b1": (old, new), "b2": (old["replicate"], new["replicate"])}.items():
-        for est in ("rollout", "tweedie"):
-            for key in ("D", "D_lo", "D_hi", "gains"):  # noise_share reads every row's mean profile, so it moves
-                for i in range(len(names)):
-                    if i != k:
-                        assert n[est][key][i] == o[est][key][i], (b, est, key, names[i])
-        for check, values in n["rollout"]["checks"].items():
-            before = o["rollout"]["checks"][check]
-            assert [v for i, v in enumerate(values) if i != k] == [v for i, v in enumerate(before) if i != k], \
-                (b, check)
+    for b, n in {"b1": new, "b2": new["replicate"]}.items():
         com = gains_centre_of_mass(torch.tensor(n["rollout"]["gains"])).tolist()
         coms[b] = com[k]
         assert com[k] == min(com) and com[k] < 2.0, (b, com)
@@ -684,28 +669,12 @@ def test_committed_figure_02_with_realism_centred_is_the_realism_figure_with_one
     truth's centre of mass 2.61 / 2.36 against 3.05 / 2.73), passes every consistency check, agrees with itself
     across the batches at rho 0.94 (realism 0.66), and tweedie ranks its gains at rho 0.89 / 0.71 (README "The
     centred-realism round")."""
-    import json
-
     from recast.informativeness import gains_centre_of_mass
 
-    root = Path(__file__).resolve().parents[1] / "data/results"
-    old, new = (json.loads((root / f).read_text()) for f in ("informativeness_base_256_s16_realism.json",
-                                                             "informativeness_base_256_s16.json"))
-    assert new["parameters"] == old["parameters"]
-    names = old["rollout"]["reward_names"]
-    k = names.index("realism")
-    assert new["rollout"]["reward_names"] == names[:k] + ["realism_centred"] + names[k + 1:]
+    old, new, k = _figure_with_one_row_changed("informativeness_base_256_s16_realism.json",
+                                               "informativeness_base_256_s16.json", "realism", "realism_centred")
     coms, old_coms = {}, {}
     for b, (o, n) in {"b1": (old, new), "b2": (old["replicate"], new["replicate"])}.items():
-        for est in ("rollout", "tweedie"):
-            for key in ("D", "D_lo", "D_hi", "gains"):
-                for i in range(len(names)):
-                    if i != k:
-                        assert n[est][key][i] == o[est][key][i], (b, est, key, names[i])
-        for check, values in n["rollout"]["checks"].items():
-            before = o["rollout"]["checks"][check]
-            assert [v for i, v in enumerate(values) if i != k] == [v for i, v in enumerate(before) if i != k], \
-                (b, check)
         checks = n["rollout"]["checks"]
         assert checks["dp_z"][k] <= 2 and abs(checks["ends_z"][k]) < 1, (b, checks)
         coms[b] = gains_centre_of_mass(torch.tensor(n["rollout"]["gains"])).tolist()[k]
@@ -720,3 +689,29 @@ def test_committed_figure_02_with_realism_centred_is_the_realism_figure_with_one
             assert new["W"][f"{setting}/{est}"] == old["W"][f"{setting}/{est}"]
     w = new["W"]["quality/rollout"][3]  # quality: sharpness, speck_free, wash_free, realism_centred
     assert sum(w[:3]) == pytest.approx(0.150, abs=5e-4) and sum(w) == pytest.approx(0.25, abs=1e-6)
+
+
+def _figure_with_one_row_changed(old_file: str, new_file: str, old_name: str, new_name: str):
+    """Two committed figure-02 JSONs under data/results drawn from the same stored ends, the second with reward
+    ``new_name`` in ``old_name``'s row: checks that every other row's profiles, bands, gains and checks, of both
+    estimators and both batches, are equal, and returns (old, new, the changed row's index). The noise share is
+    not compared: it reads every row's mean profile, so it moves."""
+    import json
+
+    root = Path(__file__).resolve().parents[1] / "data/results"
+    old, new = (json.loads((root / f).read_text()) for f in (old_file, new_file))
+    assert new["parameters"] == old["parameters"]
+    names = old["rollout"]["reward_names"]
+    k = names.index(old_name)
+    assert new["rollout"]["reward_names"] == names[:k] + [new_name] + names[k + 1:]
+    for b, (o, n) in {"b1": (old, new), "b2": (old["replicate"], new["replicate"])}.items():
+        for est in ("rollout", "tweedie"):
+            for key in ("D", "D_lo", "D_hi", "gains"):
+                for i in range(len(names)):
+                    if i != k:
+                        assert n[est][key][i] == o[est][key][i], (b, est, key, names[i])
+        for check, values in n["rollout"]["checks"].items():
+            before = o["rollout"]["checks"][check]
+            assert [v for i, v in enumerate(values) if i != k] == [v for i, v in enumerate(before) if i != k], \
+                (b, check)
+    return old, new, k
