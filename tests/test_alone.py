@@ -880,8 +880,8 @@ def test_committed_realism_size_probe_every_realism_grows_the_glyphs_the_centred
     assert moves == {"realism": (-0.50, 0.35), "realism_conditional": (-0.32, 0.27), "realism_centred": (-0.25, 0.20)}
     # centred, the small prompts' reward carries signal: it rises from the base as the large prompts' does, where the
     # uncentred conditional reward of small prompts stays near 0 under every policy
-    assert m("realism_centred", "final", "realism_centred_small") - m("realism_centred", "base", "realism_centred_small") \
-        > 0.2
+    small_reward = {p: m("realism_centred", p, "realism_centred_small") for p in ("base", "final")}
+    assert small_reward["final"] - small_reward["base"] > 0.2
     assert max(m(rw, p, "realism_conditional_small") for rw in rewards for p in ("base", "final")) < 0.02
 
 
@@ -926,10 +926,10 @@ def test_realism_size_probe_measures_real_canvases_at_their_true_sides():
 
 def test_committed_realism_centred_alone_tables_pass_on_256_and_512_samples():
     """The centred-realism round (README): the size-conditional realism with each size head centred on the base model
-    passes the single-reward rule on 256 samples per policy (Fréchet −763 ± 110, size +0.011 ± 0.028) and on a second
-    draw pooled with the first (Fréchet −770 ± 105, size +0.008 ± 0.017); every judge's mean moves the right way on
-    both; against the placebo it lowers the Fréchet distance, the fade and the speckle defect and costs nothing. The
-    tables recompute from their committed runs; realism's and the placebo's runs are the peak-clipping round's."""
+    passes the single-reward rule on 256 samples per policy (Fréchet −763 ± 110, size +0.011 ± 0.028) and on a
+    second draw pooled with the first (Fréchet −770 ± 105, size +0.008 ± 0.017); every judge's mean moves the right
+    way on both; against the placebo it lowers the Fréchet distance, the fade and the speckle defect and costs
+    nothing. The tables recompute from their committed runs; realism's and the placebo's runs are the peak-clipping round's."""
     lower_is_better = lambda j: j == "judge/fid" or j.startswith("judge/defect_")  # noqa: E731
     runs, table = _committed_alone_table("alone_realism_centred_reeval256")
     assert _verdicts(table) == {"realism": False, "realism_centred": True, "placebo": True}
