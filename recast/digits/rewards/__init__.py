@@ -157,18 +157,13 @@ def _realism_conditional_factory(device: torch.device | str = "cpu", weights_dir
     loss on small prompts (0.59 -> 0.28; their glyphs still grow to 10.8 px) with a gain on large ones (0.62 ->
     0.89), and its agreement with the defect-free verdict is 0.745, under 0.8 (README "The realism-size
     round")."""
-    from recast.digits import data
     from recast.digits.rewards import nets
 
     net = nets.load_net("realism_conditional_cnn", nets.realism_conditional_net, device, weights_dir)
-    sizes = list(data.SIZES)
 
     @torch.no_grad()
     def realism_conditional(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-        specs = _rules._specs(list(prompts), images.shape[0])
-        heads = torch.tensor([sizes.index(s.size) for s in specs], device=device)
-        logits = net(nets.realism_input(images.float().to(device)))
-        return torch.sigmoid(logits.gather(1, heads[:, None])[:, 0] / REALISM_TEMPERATURE).float()
+        return torch.sigmoid(realism_conditional_logits(images, prompts, net) / REALISM_TEMPERATURE).float()
 
     realism_conditional.__doc__ = _realism_conditional_factory.__doc__
     return realism_conditional
@@ -180,16 +175,25 @@ def _realism_conditional_factory(device: torch.device | str = "cpu", weights_dir
 REALISM_CENTRES: tuple[float, ...] = (-15.014, -8.823)
 
 
-def realism_conditional_logits(images: torch.Tensor, prompts: list[str], net) -> torch.Tensor:
-    """The size-conditional realism CNN's logit of each canvas under its prompt's size head, ``(B,)``."""
-    from recast.digits import data
+def _prompt_heads(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """The size head of each prompt (`recast.digits.rewards.nets.size_heads`), after checking the prompts."""
     from recast.digits.rewards import nets
 
-    sizes = list(data.SIZES)
-    specs = _rules._specs(list(prompts), images.shape[0])
+    return nets.size_heads(_rules._specs(list(prompts), images.shape[0]))
+
+
+def _head_logits(net, images: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+    """The size-conditional realism CNN's logit of each canvas under head ``heads[i]``, ``(B,)``, on the net's
+    device."""
+    from recast.digits.rewards import nets
+
     device = next(net.parameters()).device
-    heads = torch.tensor([sizes.index(s.size) for s in specs], device=device)
-    return net(nets.realism_input(images.float().to(device))).gather(1, heads[:, None])[:, 0]
+    return net(nets.realism_input(images.float().to(device))).gather(1, heads.to(device)[:, None])[:, 0]
+
+
+def realism_conditional_logits(images: torch.Tensor, prompts: list[str], net) -> torch.Tensor:
+    """The size-conditional realism CNN's logit of each canvas under its prompt's size head, ``(B,)``."""
+    return _head_logits(net, images, _prompt_heads(images, prompts))
 
 
 def realism_head_means(images: torch.Tensor, prompts: list[str], net) -> tuple[float, ...]:
@@ -201,12 +205,12 @@ def realism_head_means(images: torch.Tensor, prompts: list[str], net) -> tuple[f
     """
     from recast.digits import data
 
+    heads = _prompt_heads(images, prompts)
     with torch.no_grad():
-        z = realism_conditional_logits(images, prompts, net).cpu()
-    sizes = [s.size for s in _rules._specs(list(prompts), images.shape[0])]
+        z = _head_logits(net, images, heads).cpu()
     out = []
-    for size in data.SIZES:
-        m = torch.tensor([s == size for s in sizes])
+    for k, size in enumerate(data.SIZES):
+        m = heads == k
         if not m.any():
             raise ValueError(f"no sample of size {size!r}: every size head needs samples to be centred")
         out.append(float(z[m].mean()))
@@ -222,9 +226,9 @@ def _realism_centred_factory(device: torch.device | str = "cpu", weights_dir=Non
     small prompts score 0.01 (mean logit -15.0) and of large ones 0.09 (-8.8), so under the trainer's batch-wide std
     small prompts' groups carry almost no signal, and their glyphs grew with the large prompts' (README "The
     realism-size round"). Centred, the base model's mean logit of either size sits at the sigmoid's midpoint (on the
-    audit's test draw small prompts score 0.57 on average, large ones 0.49). The order within
-    a size is unchanged; across sizes it changes, which is what lifts the agreement with the defect-free verdict from
-    0.745 to 0.812 (README "The centred-realism round")."""
+    audit's test draw small prompts score 0.57 on average, large ones 0.49). The order within a size is unchanged;
+    across sizes it changes, which is what lifts the agreement with the defect-free verdict from 0.745 to 0.812
+    (README "The centred-realism round")."""
     from recast.digits.rewards import nets
 
     net = nets.load_net("realism_conditional_cnn", nets.realism_conditional_net, device, weights_dir)
@@ -232,13 +236,8 @@ def _realism_centred_factory(device: torch.device | str = "cpu", weights_dir=Non
 
     @torch.no_grad()
     def realism_centred(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-        from recast.digits import data
-
-        sizes = list(data.SIZES)
-        heads = torch.tensor([sizes.index(s.size) for s in _rules._specs(list(prompts), images.shape[0])],
-                             device=device)
-        z = realism_conditional_logits(images, prompts, net)
-        return torch.sigmoid((z - centres[heads]) / REALISM_TEMPERATURE).float()
+        heads = _prompt_heads(images, prompts).to(device)
+        return torch.sigmoid((_head_logits(net, images, heads) - centres[heads]) / REALISM_TEMPERATURE).float()
 
     realism_centred.__doc__ = _realism_centred_factory.__doc__
     return realism_centred

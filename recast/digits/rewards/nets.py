@@ -65,6 +65,13 @@ def realism_conditional_net() -> SmallCNN:
     return SmallCNN(3, len(data.SIZES))
 
 
+def size_heads(specs) -> torch.Tensor:
+    """Each prompt spec's head of `realism_conditional_net`: the index of its size in `recast.digits.data.SIZES`,
+    long ``(B,)``."""
+    sizes = list(data.SIZES)
+    return torch.tensor([sizes.index(s.size) for s in specs])
+
+
 def digit_input(images: torch.Tensor) -> torch.Tensor:
     """Canvas ``(B, 3, H, W)`` in [0, 1] -> centred intensity ``(B, 1, H, W)`` (colour-blind)."""
     return 2.0 * data.ink_intensity(images)[:, None] - 1.0
@@ -249,11 +256,10 @@ def realism_conditional_batch(gen: torch.Generator, n: int = 128) -> tuple[torch
     real canvases again under the other size (label 0): a real glyph of the wrong size is not a real sample of the
     prompt."""
     images, y, specs = _realism_canvases(gen, n)
-    sizes = list(data.SIZES)
-    heads = torch.tensor([sizes.index(s.size) for s in specs])
+    heads = size_heads(specs)
     q = n // 8
     images[n - q:] = images[:q]
-    heads[n - q:] = (heads[:q] + 1) % len(sizes)
+    heads[n - q:] = (heads[:q] + 1) % len(data.SIZES)
     return realism_input(images), torch.stack([heads.float(), y], 1)
 
 
@@ -287,5 +293,5 @@ def train_realism_net(steps: int = 1500, seed: int = 0, log_every: int = 0, cano
 __all__ = ["SmallCNN", "digit_net", "realism_net", "digit_input", "realism_input", "glyph_frame", "canonical_view",
            "CANONICAL_SIDE", "CANONICAL_ZOOM", "load_net", "save_net", "fit",
            "digit_batch", "realism_batch", "train_digit_net", "train_realism_net", "realism_conditional_net",
-           "realism_conditional_batch", "realism_conditional_loss", "train_realism_conditional_net", "degrade",
-           "WEIGHTS_DIR"]
+           "realism_conditional_batch", "realism_conditional_loss", "train_realism_conditional_net", "size_heads",
+           "degrade", "WEIGHTS_DIR"]
