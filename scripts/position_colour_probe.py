@@ -8,8 +8,9 @@ the question by *drawn* colour, where a policy's choice lies, in two parts:
 
 - **The model** (``model`` rows): ODE samples of the committed base model (10 steps, shift 3; 4,096 train prompts,
   seed 5), grouped by the colour the colour judge reads in the final sample. Per group: its share, the position
-  judge, the position_flat and position rewards, the other attribute judges, and the step at which each sample's quadrant is settled (the first of the 10 steps from which the Tweedie
-  prediction x̂_0's ink centroid stays in the final sample's quadrant).
+  judge, the position_flat and position rewards, the other attribute judges, and the step at which each sample's
+  quadrant is settled (the first of the 10 steps from which the Tweedie prediction x̂_0's ink centroid stays in the
+  final sample's quadrant).
 - **The measurement** (``real`` rows): 4,096 real canvases of train prompts, each glyph drawn once in each of the four
   colours with the same placement, the same injected defects (the base model's stage-4 rates) and the same pixel
   noise. Only the hue differs, so any gap between colours here is the judge's or the reward's, not the model's.
