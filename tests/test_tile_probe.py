@@ -38,6 +38,18 @@ def _close(a, b, tol=1e-6) -> bool:
     return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= tol
 
 
+def _bands_reproduced(probe, world: str, table: str) -> dict:
+    """`bands` of a committed model folder (256 test prompts) recomputed and checked row by row against its committed
+    table; returns the fresh values keyed by (kind, name, front)."""
+    committed = [r for r in _csv(table) if r["world"] == world]
+    fresh = probe.band_rows([world], n=256)
+    assert len(fresh) == len(committed) > 0
+    for got, want in zip(fresh, committed):
+        assert (got["kind"], got["name"], got["front"]) == (want["kind"], want["name"], want["front"])
+        assert _close(got["value"], want["value"]), (want["kind"], want["name"], want["front"])
+    return {(r["kind"], r["name"], r["front"]): r["value"] for r in fresh}
+
+
 @pytest.mark.parametrize("tile", [0.2, 0.4])
 def test_unplate_of_a_tiled_canvas_is_unplate_of_the_plain_canvas(tile):
     """On real canvases ``ink = colour * max(s, glyph)`` in the quadrant, so removing the plate leaves exactly what
@@ -143,13 +155,7 @@ def test_committed_tile_bands_are_reproduced_on_the_committed_tile_fine_tune():
 
     probe = _probe()
     assert set(probe.BAND_REWARDS) <= set(MATCHING_VERDICT)  # the probe's rewards, each still with its judge
-    committed = [r for r in _csv("tile_bands.csv") if r["world"] == "data/probe_tile0.4"]
-    fresh = probe.band_rows(["data/probe_tile0.4"], n=256)
-    assert len(fresh) == len(committed) > 0
-    for got, want in zip(fresh, committed):
-        assert (got["kind"], got["name"], got["front"]) == (want["kind"], want["name"], want["front"])
-        assert _close(got["value"], want["value"]), (want["kind"], want["name"], want["front"])
-    val = {(r["kind"], r["name"], r["front"]): r["value"] for r in fresh}
+    val = _bands_reproduced(probe, "data/probe_tile0.4", "tile_bands.csv")
     for j in ("color", "position"):
         assert 0.4 <= val[("judge", j, "unplated")] <= 0.8
     assert max(val[("judge", "digit", "unplated")], val[("judge", "digit", "raw")]) < 0.25  # on either front
@@ -215,13 +221,7 @@ def test_tile_from_scratch_keeps_the_plate_s_digit_cost():
     unplated, 0.17 raw, 0.23 at each sample's own plate level; the fine-tune's 0.13, 0.15, 0.21), and digit,
     sharpness and speck_free still miss the agreement; colour and position stay in band."""
     probe = _probe()
-    committed = [r for r in _csv("tile_scratch_bands.csv") if r["world"] == "data/probe_tile0.4_scratch"]
-    fresh = probe.band_rows(["data/probe_tile0.4_scratch"], n=256)
-    assert len(fresh) == len(committed) > 0
-    for got, want in zip(fresh, committed):
-        assert (got["kind"], got["name"], got["front"]) == (want["kind"], want["name"], want["front"])
-        assert _close(got["value"], want["value"]), (want["kind"], want["name"], want["front"])
-    val = {(r["kind"], r["name"], r["front"]): r["value"] for r in fresh}
+    val = _bands_reproduced(probe, "data/probe_tile0.4_scratch", "tile_scratch_bands.csv")
     tuned = {(r["kind"], r["name"], r["front"]): _num(r["value"]) for r in _csv("tile_bands.csv")
              if r["world"] == "data/probe_tile0.4"}
     for front in ("unplated", "raw", "drawn"):
