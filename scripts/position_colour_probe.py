@@ -31,19 +31,12 @@ DEFECT_RATES = dict(blur=0.65, speckle=0.35, fade=0.25)  # stage 4's injection r
 
 
 def quadrant(images: torch.Tensor) -> torch.Tensor:
-    """Index into `data.POSITIONS` of the region centre nearest the glyph mask's centroid, as the position judge
-    reads it (`recast.digits.judges.attributes.judge_attributes`); -1 where there is no ink."""
-    from recast.digits import data
-    from recast.digits.judges.attributes import _mask_stats
+    """The position judge's reading of each canvas (`recast.digits.judges.attributes.position_index`): the index into
+    `data.POSITIONS` of the region centre nearest the glyph mask's centroid; -1 where there is no ink."""
+    from recast.digits.judges.attributes import _mask_stats, position_index
 
-    I, mask, count, _ = _mask_stats(images)
-    m = mask.float()
-    H, W = I.shape[-2:]
-    cy = (m.sum(2) * torch.arange(H)).sum(1) / count.clamp_min(1)
-    cx = (m.sum(1) * torch.arange(W)).sum(1) / count.clamp_min(1)
-    centres = torch.tensor([data.region_center(p) for p in data.POSITIONS])
-    idx = torch.cdist(torch.stack([cy, cx], 1), centres).argmin(1)
-    return torch.where(count > 0, idx, -1)
+    _, mask, count, _ = _mask_stats(images)
+    return torch.where(count > 0, position_index(mask, count), -1)
 
 
 def settled_step(x0_hats: list[torch.Tensor]) -> torch.Tensor:
@@ -111,10 +104,10 @@ def real_rows(n: int, seed: int) -> list[dict]:
 
     prompts = data.sample_prompts(n, split="train", generator=torch.Generator().manual_seed(seed))
     rows = []
+    specs = [data.parse_prompt(p) for p in prompts]
     for name in data.COLORS:
-        specs = [data.parse_prompt(p) for p in prompts]
         recoloured = [data.PromptSpec(s.digit, name, s.position, s.size) for s in specs]
-        texts = [f"a {s.size} {s.color} {s.digit} at the {s.position}" for s in recoloured]
+        texts = [s.text for s in recoloured]
         images = data.render(recoloured, generator=torch.Generator().manual_seed(seed + 1))
         images, _ = inject_defects(images, Corruption(**DEFECT_RATES), torch.Generator().manual_seed(seed + 2))
         noise = torch.randn(images.shape, generator=torch.Generator().manual_seed(seed + 3))

@@ -213,7 +213,6 @@ def test_committed_tile_timing_table_says_what_the_readme_reads_from_it():
                     assert com[(folder, n, seed)] >= max(3.1, com[("tile0", name, seed)] - floor), (folder, n, seed)
 
 
-
 def test_tile_from_scratch_keeps_the_plate_s_digit_cost():
     """`bands` of data/probe_tile0.4_scratch, the committed base model's four-stage recipe with the plate from the
     first step (README "The tile-from-scratch round"), recomputed bit for bit. The fine-tune's digit loss is the

@@ -122,6 +122,17 @@ def _fitted() -> tuple[object, float]:
     return svc, float((small * large).sqrt())
 
 
+def position_index(mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """The position judge's reading ``(B,)``: the index into ``data.POSITIONS`` of the region centre nearest the ink
+    mask's centroid (``mask`` and ``count`` as `_mask_stats` returns them; meaningless where ``count`` is 0)."""
+    m = mask.float()
+    H, W = mask.shape[-2:]
+    cy = (m.sum(2) * torch.arange(H)).sum(1) / count.clamp_min(1)
+    cx = (m.sum(1) * torch.arange(W)).sum(1) / count.clamp_min(1)
+    centres = torch.tensor([data.region_center(p) for p in data.POSITIONS])
+    return torch.cdist(torch.stack([cy, cx], 1), centres).argmin(1)
+
+
 def judge_attributes(images: torch.Tensor, prompts: list[str]) -> AttributeJudgement:
     """Judge every attribute of every sample.
 
@@ -144,12 +155,7 @@ def judge_attributes(images: torch.Tensor, prompts: list[str]) -> AttributeJudge
     rgb = (images * m[:, None]).sum((2, 3)) / (I * m).sum((1, 2)).clamp_min(1e-6)[:, None]
     palette = torch.tensor(list(data.COLORS.values()))
     color_idx = torch.cdist(rgb, palette).argmin(1)
-    # position: mask centroid, nearest region centre
-    H, W = I.shape[-2:]
-    cy = (m.sum(2) * torch.arange(H)).sum(1) / count.clamp_min(1)
-    cx = (m.sum(1) * torch.arange(W)).sum(1) / count.clamp_min(1)
-    centres = torch.tensor([data.region_center(p) for p in data.POSITIONS])
-    pos_idx = torch.cdist(torch.stack([cy, cx], 1), centres).argmin(1)
+    pos_idx = position_index(mask, count)
     size_idx = (_side(box) > size_threshold).long()  # SIZES is ordered (small, large)
     digit = torch.from_numpy(np.asarray(svc.predict(crop_glyphs(images)))).long()
 
