@@ -41,3 +41,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _primary_palette():
+    """The palette is process-wide (`recast.digits.data.set_palette`; `load_world` sets a world's own): every test
+    starts and ends in the default world's, so a test that loads a probe world cannot leak its colours."""
+    from recast.digits import data
+
+    data.set_palette("primary")
+    yield
+    data.set_palette("primary")

@@ -8,7 +8,7 @@ Why 24x24: the transformer's cost grows with the token count; 24x24 with patch s
 256), which keeps pretraining and RL on a 2-core CPU feasible, while each 12x12 quadrant still holds a legible glyph
 (small = 8 px, the glyph's native resolution; large = 12 px, a whole quadrant).
 
-Because every palette colour has a maximum channel of exactly 1, the glyph intensity of a canvas is recovered as its
+Because every colour of every palette (``PALETTES``) has a maximum channel of exactly 1, the glyph intensity of a canvas is recovered as its
 per-pixel channel maximum (``ink_intensity``); rewards and judges rely on that.
 
 Model space is ``[-1, 1]``: ``to_model(images) = 2 images - 1`` and ``to_images(x) = clamp((x + 1) / 2, 0, 1)``.
@@ -16,6 +16,7 @@ Model space is ``[-1, 1]``: ``to_model(images) = 2 images - 1`` and ``to_images(
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import re
@@ -30,12 +31,28 @@ GLYPH_SPLIT_SEED: int = 0  # random_state of the stratified glyph split
 JUDGE_FRACTION: float = 0.3  # share of the 1,797 glyphs held out for the judges
 JITTER: int = 1  # max placement jitter in pixels, each axis
 
-COLORS: dict[str, tuple[float, float, float]] = {
-    "red": (1.0, 0.0, 0.0),
-    "yellow": (1.0, 1.0, 0.0),
-    "green": (0.0, 1.0, 0.0),
-    "blue": (0.0, 0.0, 1.0),
+# The palettes a world can be drawn in. Every entry has a maximum channel of exactly 1 (so ``ink_intensity`` reads the
+# glyph on a real canvas in either). "primary" is the default world's. In it yellow is the one colour drawn in two
+# channels, so its ink carries twice the energy of the others against the same noise, and the base model places
+# yellow glyphs earliest (README, "The tile-from-scratch round"). "equal_energy" is the palette probe's: four hues
+# that are each one channel at 1 and a second at 0.5, so every colour has squared norm 1.25.
+PALETTES: dict[str, dict[str, tuple[float, float, float]]] = {
+    "primary": {
+        "red": (1.0, 0.0, 0.0),
+        "yellow": (1.0, 1.0, 0.0),
+        "green": (0.0, 1.0, 0.0),
+        "blue": (0.0, 0.0, 1.0),
+    },
+    "equal_energy": {
+        "red": (1.0, 0.0, 0.5),
+        "yellow": (1.0, 0.5, 0.0),
+        "green": (0.0, 1.0, 0.5),
+        "blue": (0.0, 0.5, 1.0),
+    },
 }
+# The process's palette. `set_palette` (which `recast.digits.world.load_world` calls with the world's own palette)
+# rewrites its values in place, so every reader of ``COLORS`` sees the palette of the world last loaded.
+COLORS: dict[str, tuple[float, float, float]] = dict(PALETTES["primary"])
 # Region boxes (y0, x0, y1, x1), half-open pixel bounds: the four 12x12 quadrants.
 _H = CANVAS // 2
 POSITIONS: dict[str, tuple[int, int, int, int]] = {
@@ -55,6 +72,47 @@ VOCAB: tuple[str, ...] = (
 )
 
 _PROMPT_RE = re.compile(r"^a (\w+) (\w+) (\d) at the (\w+ \w+)$")
+
+
+def set_palette(name: str) -> None:
+    """Draw and read colours in the palette ``name`` (a key of ``PALETTES``) from now on, process-wide.
+
+    ``COLORS`` keeps its keys (the vocabulary) and takes the palette's RGB values in place.
+
+    Raises:
+        ValueError: for a name that is not a key of ``PALETTES``.
+    """
+    if name not in PALETTES:
+        raise ValueError(f"unknown palette {name!r}; valid: {', '.join(PALETTES)}")
+    COLORS.update(PALETTES[name])
+
+
+def palette_name() -> str:
+    """The key of ``PALETTES`` whose values ``COLORS`` holds now."""
+    for name, values in PALETTES.items():
+        if values == COLORS:
+            return name
+    raise RuntimeError(f"COLORS matches no palette: {COLORS}")
+
+
+@contextlib.contextmanager
+def palette(name: str):
+    """Use the palette ``name`` inside a ``with`` block and restore the previous one after it, even on error."""
+    before = palette_name()
+    set_palette(name)
+    try:
+        yield
+    finally:
+        set_palette(before)
+
+
+def palette_scale() -> float:
+    """The smallest distance between two colours of the current palette: 1 in "primary", 1/sqrt(2) in
+    "equal_energy". The colour reward's kernel width is given in these units, so a wrong palette colour scores the
+    same in either palette."""
+    values = torch.tensor(list(COLORS.values()), dtype=torch.float64)
+    d = ((values[:, None] - values[None]) ** 2).sum(-1).sqrt()
+    return float(d[~torch.eye(len(values), dtype=torch.bool)].min())
 
 
 def region_center(position: str) -> tuple[float, float]:

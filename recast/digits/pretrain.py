@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -29,7 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from recast.digits.corruption import Corruption, sample_corrupted_batch
-from recast.digits.data import to_model
+from recast.digits.data import PALETTES, palette, set_palette, to_model
 from recast.digits.world import PRESETS, DigitWorld, build_world, save_world
 from recast.sampling import predict_velocity
 
@@ -56,6 +57,7 @@ class PretrainConfig:
     progress: bool = True  # show a tqdm progress bar
     corruption: Corruption = Corruption()  # caption corruption / defect rates (recast.digits.corruption); 0 = none
     tile: float = 0.0  # intensity of the colour plate under the glyph (recast.digits.data.render); 0 = none
+    palette: str = "primary"  # the colours canvases are drawn in, a key of recast.digits.data.PALETTES
 
 
 @dataclass(frozen=True)
@@ -116,13 +118,21 @@ def pretrain(
     Returns:
         (world, history): the EMA world in eval mode on `config.device`, and its loss curve.
     """
+    if config.palette not in PALETTES:
+        raise ValueError(f"unknown palette {config.palette!r}; valid: {', '.join(PALETTES)}")
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
+    with palette(config.palette):  # restores the caller's palette afterwards
+        return _pretrain(config, callback)
+
+
+def _pretrain(config: PretrainConfig, callback) -> tuple[DigitWorld, PretrainHistory]:
     start = time.time()
     if config.init_from:
         from recast.digits.world import load_world
 
         world = load_world(config.init_from, config.device)
+        set_palette(config.palette)  # load_world set the init's; a fine-tune may draw in another palette
     else:
         world = build_world(PRESETS[config.preset], seed=config.seed).to(config.device)
     world.transformer.train()
@@ -161,6 +171,7 @@ def pretrain(
             running = []
     ema.transformer.eval()
     ema.text_encoder.eval()
+    ema = dataclasses.replace(ema, palette=config.palette)
     return ema, PretrainHistory(history.step, history.loss, time.time() - start, history.config)
 
 
@@ -223,6 +234,8 @@ def main(argv: list[str] | None = None) -> None:
                         "'color=0.45,position=0.45,size=0.4,blur=0.3' (recast.digits.corruption.Corruption)")
     parser.add_argument("--tile", type=float, default=PretrainConfig.tile,
                         help="intensity in [0, 1) of a colour plate filling the prompted quadrant under the glyph")
+    parser.add_argument("--palette", default=PretrainConfig.palette, choices=sorted(PALETTES),
+                        help="the colours canvases are drawn in (recast.digits.data.PALETTES); saved with the world")
     parser.add_argument("--out", help="checkpoint folder to write (replaced atomically)")
     parser.add_argument("--eval", help="instead of training, judge ODE samples of this checkpoint folder")
     parser.add_argument("--n", type=int, default=128, help="--eval: samples per prompt split")
@@ -246,7 +259,8 @@ def main(argv: list[str] | None = None) -> None:
     config = PretrainConfig(steps=args.steps, batch_size=args.batch_size, decay_steps=args.decay_steps,
                             lr=args.lr, warmup_steps=args.warmup_steps, init_from=args.init, preset=args.preset, seed=args.seed,
                             num_threads=args.threads, device=args.device,
-                            corruption=parse_corruption(args.corrupt, parser.error), tile=args.tile)
+                            corruption=parse_corruption(args.corrupt, parser.error), tile=args.tile,
+                            palette=args.palette)
     world, history = pretrain(config)
     save_world(world, args.out)
     from recast.io import write_json

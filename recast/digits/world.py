@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -22,7 +22,7 @@ from diffusers import SD3Transformer2DModel
 from safetensors.torch import load_file, save_file
 from transformers import CLIPTextModelWithProjection, PreTrainedTokenizerFast
 
-from recast.digits.data import CANVAS, VOCAB, to_images
+from recast.digits.data import CANVAS, PALETTES, VOCAB, set_palette, to_images
 from recast.digits.text import TextEncoderConfig, build_text_encoder, build_tokenizer, encode_text
 from recast.io import current_umask, read_json, write_json
 from recast.sampling import PromptEmbeds
@@ -81,12 +81,15 @@ class DigitWorld:
         text_encoder: `CLIPTextModelWithProjection` giving SD3's two conditioning tensors.
         tokenizer: word-level tokenizer over `recast.digits.data.VOCAB`.
         config: the sizes it was built from.
+        palette: the colours it draws, a key of `recast.digits.data.PALETTES` ("primary", the default world's).
+            `load_world` makes it the process's palette, which the rewards and judges read.
     """
 
     transformer: SD3Transformer2DModel
     text_encoder: CLIPTextModelWithProjection
     tokenizer: PreTrainedTokenizerFast
     config: WorldConfig
+    palette: str = "primary"
 
     @property
     def sample_shape(self) -> tuple[int, int, int]:
@@ -153,6 +156,8 @@ def save_world(world: DigitWorld, path: str | os.PathLike) -> Path:
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
     try:
         meta = {"format": FORMAT_VERSION, "world": asdict(world.config), "vocab": list(VOCAB)}
+        if world.palette != "primary":  # the default world's world.json stays byte-identical
+            meta["palette"] = world.palette
         write_json(tmp / "world.json", meta)
         save_file(_state_dict(world.transformer), tmp / "transformer.safetensors")
         save_file(_state_dict(world.text_encoder), tmp / "text_encoder.safetensors")
@@ -171,11 +176,14 @@ def save_world(world: DigitWorld, path: str | os.PathLike) -> Path:
 
 
 def load_world(path: str | os.PathLike = "data/digit_base", device: str | torch.device = "cpu") -> DigitWorld:
-    """Load a world saved by `save_world`, in eval mode, on `device`.
+    """Load a world saved by `save_world`, in eval mode, on `device`, and make its palette the process's
+    (`recast.digits.data.set_palette`; "primary" where `world.json` names none), so that renders, rewards and judges
+    read colours as the world draws them.
 
     Raises:
         FileNotFoundError: naming the first missing file (with a hint on how to make the base checkpoint).
-        ValueError: if the vocabulary stored with the checkpoint differs from `recast.digits.data.VOCAB`.
+        ValueError: if the vocabulary stored with the checkpoint differs from `recast.digits.data.VOCAB`, or its
+            palette is not a key of `recast.digits.data.PALETTES`.
     """
     path = Path(path)
     for name in WORLD_FILES:
@@ -187,11 +195,15 @@ def load_world(path: str | os.PathLike = "data/digit_base", device: str | torch.
     meta = read_json(path / "world.json")
     if tuple(meta["vocab"]) != tuple(VOCAB):
         raise ValueError(f"{path / 'world.json'}: vocabulary differs from recast.digits.data.VOCAB")
+    palette = meta.get("palette", "primary")
+    if palette not in PALETTES:
+        raise ValueError(f"{path / 'world.json'}: unknown palette {palette!r}; valid: {', '.join(PALETTES)}")
     cfg = dict(meta["world"])
     config = WorldConfig(**{**cfg, "text": TextEncoderConfig(**cfg["text"])})
-    world = build_world(config)
+    world = replace(build_world(config), palette=palette)
     world.transformer.load_state_dict(load_file(path / "transformer.safetensors"), strict=True)
     world.text_encoder.load_state_dict(load_file(path / "text_encoder.safetensors"), strict=True)
     world.transformer.eval()
     world.text_encoder.eval()
+    set_palette(palette)
     return world.to(device)

@@ -35,20 +35,23 @@ class WinRate:
     win_rate: float
 
 
-_REFERENCE_CACHE: dict[str, torch.Tensor] = {}  # prompt -> (N_REFERENCE, D) judge features of real canvases
+_REFERENCE_CACHE: dict[tuple[str, str], torch.Tensor] = {}  # (palette, prompt) -> (N_REFERENCE, D) real features
 
 
 def _reference_features(prompts: list[str]) -> torch.Tensor:
     """Judge features ``(B, N_REFERENCE, D)`` of real judge-split canvases per prompt (seeded by the prompt's index
-    in ``all_specs``, so independent of batch composition); computed once per prompt, in one forward pass."""
-    missing = sorted(set(prompts) - set(_REFERENCE_CACHE))
+    in ``all_specs``, so independent of batch composition), drawn in the current palette; computed once per palette
+    and prompt, in one forward pass."""
+    palette = data.palette_name()
+    missing = sorted(set(prompts) - {p for pal, p in _REFERENCE_CACHE if pal == palette})
     if missing:
         order = data.all_specs()
         real = torch.cat([data.render([p] * N_REFERENCE, glyph_split="judge",
                                       generator=torch.Generator().manual_seed(order.index(data.parse_prompt(p))))
                           for p in missing])
-        _REFERENCE_CACHE.update(zip(missing, judge_features(real).reshape(len(missing), N_REFERENCE, -1)))
-    return torch.stack([_REFERENCE_CACHE[p] for p in prompts])
+        feats = judge_features(real).reshape(len(missing), N_REFERENCE, -1)
+        _REFERENCE_CACHE.update(zip([(palette, p) for p in missing], feats))
+    return torch.stack([_REFERENCE_CACHE[palette, p] for p in prompts])
 
 
 def quality_distance(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:

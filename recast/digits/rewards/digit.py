@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from recast.digits import data
 
-COLOR_WIDTH: float = 0.35  # std of the colour kernel in normalised-RGB units (red..yellow distance = 1)
+COLOR_WIDTH: float = 0.35  # std of the colour kernel in units of the palette's closest pair (red..yellow = 1 in "primary")
 POSITION_WIDTH: float = 3.0  # std of the position kernel in pixels (adjacent region centres are 12 px apart)
 POSITION_DEAD_ZONE_QUANTILE: float = 0.99  # position_flat scores 1 within this quantile of real canvases' distances
 SIZE_WIDTH: float = 0.06  # width of the size reward's soft threshold in log-side units (log(12 / 8) = 0.41)
@@ -85,7 +85,8 @@ def color_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     specs = _specs(prompts, images.shape[0])
     target = torch.tensor([data.COLORS[s.color] for s in specs], dtype=images.dtype, device=images.device)
     d2 = ((ink_color(images) - target) ** 2).sum(1)
-    return torch.exp(-d2 / (2 * COLOR_WIDTH ** 2)).float()
+    width = COLOR_WIDTH * data.palette_scale()  # exactly COLOR_WIDTH in the primary palette
+    return torch.exp(-d2 / (2 * width ** 2)).float()
 
 
 def _position_sq_distance(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
