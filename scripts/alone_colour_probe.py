@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument("--n", type=int, default=256, help="test prompts")
     p.add_argument("--world", default="data/digit_base", help="the base model the runs started from")
+    p.add_argument("--csv", default="", help="also write the table to this file under data/results "
+                   "(or $RECAST_RESULTS_DIR)")
     a = p.parse_args(argv)
     torch.set_num_threads(2)
     names = list(data.COLORS)
@@ -57,6 +59,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
                          "colour judge": float(ok.float().mean()),
                          **{f"judge on {n} prompts": float(ok[want == k].float().mean()) for k, n in enumerate(names)}})
     keys = list(rows[0])
+    if a.csv:
+        from recast.io import write_csv
+        from recast.sweep import results_dir
+
+        write_csv(results_dir() / a.csv, rows)
     print("| " + " | ".join(keys) + " |\n|" + " --- |" * len(keys))
     for r in rows:
         print("| " + " | ".join([r["policy"]] + [f"{r[k]:.2f}" for k in keys[1:]]) + " |")

@@ -1,6 +1,8 @@
 """Why does a position reward trained alone collapse the policy onto yellow? Placement by drawn colour.
 
     python scripts/position_colour_probe.py            # about 5 min on one core
+    python scripts/position_colour_probe.py --world data/probe_equal_energy \
+        --out data/results/position_colour_probe_equal_energy.csv     # the palette probe's world, its own palette
 
 The README ("Each reward alone") showed that position trained alone draws most glyphs yellow (position_flat and the
 position oracle pay the same colour cost), and that the reward's mean by *prompted* colour is flat. This probe asks
@@ -10,10 +12,12 @@ the question by *drawn* colour, where a policy's choice lies, in two parts:
   seed 5), grouped by the colour the colour judge reads in the final sample. Per group: its share, the position
   judge, the position_flat and position rewards, the other attribute judges, and the step at which each sample's
   quadrant is settled (the first of the 10 steps from which the Tweedie prediction x̂_0's ink centroid stays in the
-  final sample's quadrant).
+  final sample's quadrant), with the standard errors of the position judge and of the mean settled step.
 - **The measurement** (``real`` rows): 4,096 real canvases of train prompts, each glyph drawn once in each of the four
   colours with the same placement, the same injected defects (the base model's stage-4 rates) and the same pixel
   noise. Only the hue differs, so any gap between colours here is the judge's or the reward's, not the model's.
+
+Both parts use the palette of ``--world`` (`recast.digits.world.load_world` sets it; README "The palette round").
 
 Writes ``data/results/position_colour_probe.csv`` (one row per part and colour) and prints it as markdown.
 """
@@ -87,8 +91,14 @@ def model_rows(world_dir: str, n: int, seed: int) -> list[dict]:
     scores["settled step"] = settled_step(list(hats)).float()
     return [{"part": "model", "colour": name, "share": float((drawn == k).float().mean()),
              **{key: float(v[drawn == k].mean()) for key, v in scores.items()},
-             "position judge s.e.": _binomial_se(scores["position judge"][drawn == k])}
+             "position judge s.e.": _binomial_se(scores["position judge"][drawn == k]),
+             "settled step s.e.": _mean_se(scores["settled step"][drawn == k])}
             for k, name in enumerate(data.COLORS)]
+
+
+def _mean_se(v: torch.Tensor) -> float:
+    """Standard error of a mean (NaN for fewer than two values)."""
+    return float(v.std() / len(v) ** 0.5) if len(v) > 1 else float("nan")
 
 
 def _binomial_se(v: torch.Tensor) -> float:
@@ -115,7 +125,7 @@ def real_rows(n: int, seed: int) -> list[dict]:
         scores = _scores(images, texts)
         rows.append({"part": "real", "colour": name, "share": 0.25,
                      **{key: float(v.mean()) for key, v in scores.items()}, "settled step": float("nan"),
-                     "position judge s.e.": _binomial_se(scores["position judge"])})
+                     "position judge s.e.": _binomial_se(scores["position judge"]), "settled step s.e.": float("nan")})
     return rows
 
 
