@@ -135,7 +135,8 @@ def test_committed_drawn_colours_the_yellow_collapse_weakens_in_the_equal_energy
     def mean_share(table, colour="yellow"):
         return sum(r[f"drawn {colour}"] for p, r in table.items() if p != "base model") / 5
 
-    primary, palette = _drawn("alone_colour_primary_position_flat.csv"), _drawn("alone_colour_equal_energy_position_flat.csv")
+    primary = _drawn("alone_colour_primary_position_flat.csv")
+    palette = _drawn("alone_colour_equal_energy_position_flat.csv")
     assert len(primary) == len(palette) == 6
     assert mean_share(primary) == pytest.approx(0.535, abs=0.002) and primary["base model"]["drawn yellow"] < 0.29
     assert min(r["drawn yellow"] for p, r in primary.items() if p != "base model") > 0.37
@@ -149,8 +150,8 @@ def test_committed_drawn_colours_the_yellow_collapse_weakens_in_the_equal_energy
 def test_committed_model_rows_equal_energy_removes_most_of_the_settling_spread():
     """4,096 base samples per world (seed 5), by drawn colour: the earliest-to-latest spread of the mean settled step
     shrinks from 1.81 to 0.32 steps; yellow no longer leads red by more than the standard error of their difference
-    (it led every colour by a step, more than nine), blue stays last by about three; yellow's position judge lead shrinks to within
-    1.6 standard errors of every colour."""
+    (it led every colour by a step, more than nine standard errors), blue stays last by about three; yellow's
+    position judge lead is 1.0 to 1.6 standard errors over each colour."""
     primary = {c: r for (part, c), r in _probe_rows("position_colour_probe.csv").items() if part == "model"}
     palette = {c: r for (part, c), r in _probe_rows("position_colour_probe_equal_energy.csv").items()
                if part == "model"}

@@ -8,8 +8,8 @@ Why 24x24: the transformer's cost grows with the token count; 24x24 with patch s
 256), which keeps pretraining and RL on a 2-core CPU feasible, while each 12x12 quadrant still holds a legible glyph
 (small = 8 px, the glyph's native resolution; large = 12 px, a whole quadrant).
 
-Because every colour of every palette (``PALETTES``) has a maximum channel of exactly 1, the glyph intensity of a canvas is recovered as its
-per-pixel channel maximum (``ink_intensity``); rewards and judges rely on that.
+Because every colour of every palette (``PALETTES``) has a maximum channel of exactly 1, the glyph intensity of a
+canvas is recovered as its per-pixel channel maximum (``ink_intensity``); rewards and judges rely on that.
 
 Model space is ``[-1, 1]``: ``to_model(images) = 2 images - 1`` and ``to_images(x) = clamp((x + 1) / 2, 0, 1)``.
 """

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from recast.digits import data
 
-COLOR_WIDTH: float = 0.35  # std of the colour kernel in units of the palette's closest pair (red..yellow = 1 in "primary")
+COLOR_WIDTH: float = 0.35  # colour kernel std in units of the palette's closest pair (red..yellow = 1 in "primary")
 POSITION_WIDTH: float = 3.0  # std of the position kernel in pixels (adjacent region centres are 12 px apart)
 POSITION_DEAD_ZONE_QUANTILE: float = 0.99  # position_flat scores 1 within this quantile of real canvases' distances
 SIZE_WIDTH: float = 0.06  # width of the size reward's soft threshold in log-side units (log(12 / 8) = 0.41)
