@@ -109,6 +109,16 @@ def test_rule_false_alarm_has_the_closed_form_at_three_seeds_and_matches_a_simul
         assert abs(np.mean(calls) - p) < 5 * np.sqrt(p * (1 - p) / 4000), (n, np.mean(calls), p)
 
 
+def test_eight_clean_rewards_rarely_all_pass_the_rule_at_five_seeds():
+    """What the README's targets table reads from `rule_false_alarm`: over 9 judges a reward with no true cost fails
+    with probability 0.336 at 5 seeds, so 8 such rewards all pass with probability 0.04; at 10 seeds, 0.66."""
+    from recast.alone import rule_false_alarm
+
+    assert rule_false_alarm(5, 9) == pytest.approx(0.336, abs=5e-4)
+    assert (1 - rule_false_alarm(5, 9)) ** 8 == pytest.approx(0.038, abs=5e-4)
+    assert (1 - rule_false_alarm(10, 9)) ** 8 == pytest.approx(0.66, abs=5e-3)
+
+
 @pytest.mark.parametrize("kwargs", [dict(n_seeds=1), dict(n_seeds=2.5), dict(n_seeds=3, n_judges=0)])
 def test_rule_false_alarm_refuses_what_has_no_seed_std(kwargs):
     from recast.alone import rule_false_alarm

@@ -174,7 +174,8 @@ def test_committed_model_rows_equal_energy_removes_most_of_the_settling_spread()
 def test_committed_pooled_table_position_flat_passes_on_512_samples_and_the_placebo_fails_on_colour():
     """The palette world's runs on two draws of 256 pooled (`scripts/alone_draws.py`): position_flat passes the rule
     (colour -0.023 +- 0.034), the placebo still fails on colour (-0.029 +- 0.023), and against the placebo
-    position_flat's colour is a tie centred near zero. The committed world's pooled table fails position_flat."""
+    position_flat's colour is a tie centred near zero. The committed world's pooled table fails position_flat, while
+    against the placebo it calls only speck_free's blur worse."""
     from recast.alone import alone_table, pool_draws
     from recast.io import read_csv
     from tests.test_alone import _verdicts, _vs_placebo, _worse_judges
@@ -195,3 +196,7 @@ def test_committed_pooled_table_position_flat_passes_on_512_samples_and_the_plac
     assert vs["position_flat", "judge/color"] == "tie" and not [k for k, v in vs.items() if v == "worse"]
     primary = {(r["reward"], r["judge"]): r for r in read_csv(RESULTS / "alone_clipped_pooled512.csv")}
     assert primary["position_flat", "judge/color"]["worse"] in (True, "True")
+    # the committed world against its placebo instead: only speck_free's blur is worse, at 256 and at 512 samples
+    for name in ("alone_clipped_reeval256_vs_placebo.csv", "alone_clipped_pooled512_vs_placebo.csv"):
+        worse = [(r["reward"], r["judge"]) for r in read_csv(RESULTS / name) if r["verdict"] == "worse"]
+        assert worse == [("speck_free", "judge/defect_blur")], name
