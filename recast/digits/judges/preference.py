@@ -43,7 +43,7 @@ def _reference_features(prompts: list[str]) -> torch.Tensor:
     in ``all_specs``, so independent of batch composition), drawn in the current palette; computed once per palette
     and prompt, in one forward pass."""
     palette = data.palette_name()
-    missing = sorted(set(prompts) - {p for pal, p in _REFERENCE_CACHE if pal == palette})
+    missing = sorted({p for p in prompts if (palette, p) not in _REFERENCE_CACHE})
     if missing:
         order = data.all_specs()
         real = torch.cat([data.render([p] * N_REFERENCE, glyph_split="judge",
