@@ -21,13 +21,10 @@ import torch
 def drawn_colour(images: torch.Tensor) -> torch.Tensor:
     """Index into `recast.digits.data.COLORS` of the palette colour nearest to each sample's mean ink RGB (the
     colour judge's reading, `recast.digits.judges.attributes.judge_attributes`)."""
-    from recast.digits import data
-    from recast.digits.judges.attributes import _mask_stats
+    from recast.digits.judges.attributes import _mask_stats, color_index
 
     I, mask, _, _ = _mask_stats(images)
-    m = mask.float()
-    rgb = (images * m[:, None]).sum((2, 3)) / (I * m).sum((1, 2)).clamp_min(1e-6)[:, None]
-    return torch.cdist(rgb, torch.tensor(list(data.COLORS.values()))).argmin(1)
+    return color_index(images, I, mask)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

@@ -122,6 +122,14 @@ def _fitted() -> tuple[object, float]:
     return svc, float((small * large).sqrt())
 
 
+def color_index(images: torch.Tensor, I: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The colour judge's reading ``(B,)``: the index into ``data.COLORS`` (the current palette) of the colour nearest
+    the mask's mean ink RGB divided by its mean ink intensity (``I`` and ``mask`` as `_mask_stats` returns them)."""
+    m = mask.float()
+    rgb = (images * m[:, None]).sum((2, 3)) / (I * m).sum((1, 2)).clamp_min(1e-6)[:, None]
+    return torch.cdist(rgb, torch.tensor(list(data.COLORS.values()))).argmin(1)
+
+
 def position_index(mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     """The position judge's reading ``(B,)``: the index into ``data.POSITIONS`` of the region centre nearest the ink
     mask's centroid (``mask`` and ``count`` as `_mask_stats` returns them; meaningless where ``count`` is 0)."""
@@ -150,11 +158,7 @@ def judge_attributes(images: torch.Tensor, prompts: list[str]) -> AttributeJudge
     svc, size_threshold = _fitted()
     I, mask, count, box = _mask_stats(images)
     has = count > 0
-    m = mask.float()
-    # colour: mean ink RGB / mean ink intensity, nearest palette entry
-    rgb = (images * m[:, None]).sum((2, 3)) / (I * m).sum((1, 2)).clamp_min(1e-6)[:, None]
-    palette = torch.tensor(list(data.COLORS.values()))
-    color_idx = torch.cdist(rgb, palette).argmin(1)
+    color_idx = color_index(images, I, mask)
     pos_idx = position_index(mask, count)
     size_idx = (_side(box) > size_threshold).long()  # SIZES is ordered (small, large)
     digit = torch.from_numpy(np.asarray(svc.predict(crop_glyphs(images)))).long()
