@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main(argv=None) -> dict:
     from recast.config import preset
-    from recast.digits.data import prompt_set
+    from recast.worlds.digits.data import prompt_set
     from recast.io import write_json
-    from recast.rollout import fine_grid, sample_ancestral
+    from recast.informativeness.rollout import fine_grid, sample_ancestral
     from recast.sampling import predict_velocity, sample_ode, sigma_schedule
     from recast.world import load_world
 

@@ -16,14 +16,14 @@ from pathlib import Path
 METHODS = ("recast", "uniform", "reward_sum", "fixed")
 BACKENDS = ("nft", "grpo")
 STD_SCOPES = ("global", "group")
-NFT_NORMS = ("velocity", "x0", "none")  # adaptive normalisation of the NFT loss (RECAST.md §4)
-SDE_TYPES = ("cps", "flow_grpo")  # grpo rollout step (RECAST.md §4)
+NFT_NORMS = ("velocity", "x0", "none")  # adaptive normalisation of the NFT loss (docs/method.md §4)
+SDE_TYPES = ("cps", "flow_grpo")  # grpo rollout step (docs/method.md §4)
 REPLAY_PRIORITIES = ("recency", "advantage", "informativeness")  # how replay draws (recast.trainer.replay)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything one online RL run needs; see RECAST.md for the symbols."""
+    """Everything one online RL run needs; see docs/method.md §2 for the symbols."""
 
     # --- world and task ---
     world: str = "tiny"  # world spec (recast.world): "tiny", "digits:PATH", "sd3:PATH_OR_HUB_ID", "sd3-tiny", or a
@@ -32,7 +32,7 @@ class TrainConfig:
     rewards: tuple[str, ...] = ()  # explicit reward names (overrides `setting` when non-empty)
     lam: tuple[float, ...] = ()  # budgets lambda_k >= 0, one per reward, normalised to sum 1; () = the setting's
     #                              default budgets (`resolve_budgets`: equal unless the world sets them)
-    method: str = "recast"  # recast | uniform | reward_sum | fixed (see RECAST.md §3, §6)
+    method: str = "recast"  # recast | uniform | reward_sum | fixed (see docs/method.md §3, §6)
     fixed_W: tuple[tuple[float, ...], ...] = ()  # (K, T) W for method="fixed": rows sum to lam, columns to sum(lam)/T
     backend: str = "nft"  # nft (DiffusionNFT forward-process loss) | grpo (Flow-GRPO PPO-clip on SDE log-probs)
 
@@ -56,7 +56,7 @@ class TrainConfig:
     # --- NFT loss ---
     nft_beta: float = 1.0  # NFT strength in v+ = (1-beta) v_old + beta v_theta (not the KL weight)
     nft_norm: str = "velocity"  # adaptive normalisation: velocity (every column weighs the same) | x0 (DiffusionNFT's
-    # sigma-weighted form, for parity) | none (plain squared error); see RECAST.md §4
+    # sigma-weighted form, for parity) | none (plain squared error); see docs/method.md §4
     nft_loss_scale: bool = True  # divide by nft_beta and multiply by adv_clip_max as DiffusionNFT does
     kl_beta: float = 0.0  # weight of the KL term kl_beta * ||v_theta - v_ref||^2 to the frozen base (grpo: Gaussian KL)
     train_columns: int = 0  # m: columns trained per sample, drawn at random from the eligible ones; 0 = all eligible
@@ -158,19 +158,19 @@ _PRESETS = {
     # kl_beta: 1, raised per reward setting where the uniform baseline (3 seeds) fails at 1 (`_SETTING_DEFAULTS`).
     # Pass = the training rewards rise while no held-out judge falls by more than a seed-std. Compose passes at 1
     # (and at 0 with the old rewards) on the 64-sample evaluations; re-scored on 256 samples its old rewards fail on
-    # blur at every weight of {1, 3, 10} (data/results/kl_tuning_compose_reeval256.csv), hence the redesigns.
-    # Quality, judged on 256 and 1,024 samples per policy (data/results/kl_tuning_quality_reeval{256,1024}.csv):
+    # blur at every weight of {1, 3, 10} (research/tables/kl_tuning_compose_reeval256.csv), hence the redesigns.
+    # Quality, judged on 256 and 1,024 samples per policy (research/tables/kl_tuning_quality_reeval{256,1024}.csv):
     # 1 fails (1,024 samples: colour -0.052 +- 0.052, size -0.032 +- 0.023), 2 passes (blur +0.030 +- 0.050, every
     # other judge up), 3, 10 and 30 fail on the blur defect (+0.053 +- 0.035 at 3): 2 is the smallest passing weight
     # of {1, 2, 3, 10, 30}. On the 64-sample evaluations 1 failed on colour and 3 passed, which set 3 until the
     # measurement was sharpened. One weight for both settings would be 10 (compose at 3: blur defect +0.031 +-
-    # 0.016), which learns a third as much (README "Training that improves the judges", data/results/kl_tuning_*).
+    # 0.016), which learns a third as much (README "Training that improves the judges", research/tables/kl_tuning_*).
     # ema_decay: 0.9, and 0 in compose, whose uniform baseline fails at 0.9 on the blur defect (+0.029 +- 0.024 at
     # 256 samples) and passes at 0 (-0.009 +- 0.010; +0.010 +- 0.010 on 1,024 samples, a narrow pass): at 30
     # iterations the EMA policy is blurrier than the weights
-    # (scripts/compose_variants.py, scripts/ema_blur_probe.py). In quality the EMA and the raw weights blur alike
+    # (research/probes/compose_variants.py, research/probes/ema_blur_probe.py). In quality the EMA and the raw weights blur alike
     # (at kl_beta 3: +0.055 and +0.059), so quality keeps 0.9.
-    # Quality's default budgets became sharpness-heavy after this tuning (recast.digits.rewards.BUDGETS); with them 1
+    # Quality's default budgets became sharpness-heavy after this tuning (recast.worlds.digits.rewards.BUDGETS); with them 1
     # still fails (16 fresh draws pooled: colour -0.068 +- 0.058, strict -0.011 +- 0.003), so 2 stays.
     # Tuned on uniform only. A reward list (`rewards=`) or another setting gets the preset's values; an explicit
     # field always wins.
@@ -197,6 +197,8 @@ _PRESETS = {
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The embedded world's weights, judges and prompts: one root, so an install outside the clone can point at a copy.
+DATA_ROOT = Path(os.environ["RECAST_DATA_ROOT"]) if os.environ.get("RECAST_DATA_ROOT") else REPO_ROOT / "data"
 
 
 def resolve_world(world: str) -> str:
@@ -221,7 +223,7 @@ def resolve_world(world: str) -> str:
             return f"digits:{p}"
     raise FileNotFoundError(f"no digit world at {world!r} (world.json missing) and not a world spec "
                             f"(prefixes: {', '.join(world_prefixes())}): use world='tiny', or make the base model "
-                            "with `python -m recast.digits.pretrain --out data/digit_base`")
+                            "with `python -m recast.worlds.digits.pretrain --out data/digit_base`")
 
 
 # fields by reward setting, for presets tuned per setting on the uniform baseline (see the comment above the cpu
@@ -288,7 +290,7 @@ def resolve_rewards(cfg: TrainConfig, spec: str | None = None, *, info=None) -> 
 def default_budgets(info, setting: str, *, lam=(), rewards=()) -> tuple[float, ...]:
     """The budgets rule, given a world's `recast.world.WorldInfo`: `lam` if given, else () for an explicit reward
     list (it is not a setting), else the setting's default budgets (`WorldInfo.setting_budgets`; the digit world's
-    quality setting is sharpness-heavy, `recast.digits.rewards.BUDGETS`), else () for equal budgets."""
+    quality setting is sharpness-heavy, `recast.worlds.digits.rewards.BUDGETS`), else () for equal budgets."""
     if lam or rewards:
         return tuple(lam)
     return tuple(info.setting_budgets.get(setting, ()))
@@ -308,11 +310,11 @@ def resolve_budgets(cfg: TrainConfig, spec: str | None = None, *, info=None) -> 
 
 def load_fixed_W(path: str | os.PathLike) -> tuple[tuple[tuple[float, ...], ...], tuple[str, ...] | None]:
     """The W of a JSON file, for ``method="fixed"``: ``profile.json`` of `python -m recast profile` or
-    ``mean_W.json`` of ``scripts/fixed_w_runs.py`` (any object with a ``"W"`` list of rows).
+    ``mean_W.json`` of ``research/probes/fixed_w_runs.py`` (any object with a ``"W"`` list of rows).
 
     Returns:
         (W as nested tuples, the file's ``reward_names`` or None where it has none). The marginals are checked
-        against the run's budgets by the trainer's validation (`recast.trainer.advantages.validate_W`).
+        against the run's budgets by the trainer's validation (`recast.advantages.validate_W`).
 
     Raises:
         FileNotFoundError: no such file. ValueError: not JSON, no ``"W"``, or W not a non-empty matrix of numbers.

@@ -15,12 +15,12 @@ __all__ = ["figures_dir", "savefig", "plot_weights", "plot_discriminability"]
 
 
 def figures_dir() -> Path:
-    """Where figures go: $RECAST_FIGURES_DIR if set (the test suite points it at a temp dir), else the repo's figures/."""
+    """Where figures go: $RECAST_FIGURES_DIR if set, else ``runs/figures`` under the working directory.
+
+    The committed ``figures/`` are written only on request: ``make figures`` sets ``RECAST_FIGURES_DIR=figures``.
+    """
     env = os.environ.get("RECAST_FIGURES_DIR")
-    if env:
-        return Path(env)
-    repo = Path(__file__).resolve().parent.parent
-    return repo / "figures" if (repo / "pyproject.toml").exists() else Path.cwd() / "figures"
+    return Path(env) if env else Path.cwd() / "runs" / "figures"
 
 
 def savefig(fig: plt.Figure, name: str, outdir: str | os.PathLike | None = None, dpi: int = 200) -> list[Path]:

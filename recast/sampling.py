@@ -1,5 +1,5 @@
 """Samplers for SD3-style rectified-flow transformers: ODE (Euler), SDE (Flow-GRPO and coefficients-preserving "cps")
-(the ancestral "η = 1" sampler of the `rollout` ground truth lives in `recast.rollout`).
+(the ancestral "η = 1" sampler of the `rollout` ground truth lives in `recast.informativeness.rollout`).
 
 Convention (docs/DESIGN.md): x_sigma = (1 - sigma) x0 + sigma eps, velocity v ~ eps - x0, the transformer is called
 with timestep = sigma * 1000, Euler step x_next = x + (sigma_next - sigma) v, Tweedie x0_hat = x - sigma v. The grid
@@ -230,7 +230,7 @@ def cps_step(
     With x0_hat = x − σ v and eps_hat = x + (1 − σ) v (the model's clean and noise estimates), the next state is
     (1 − σ') x0_hat + σ' (cos(aπ/2) eps_hat + sin(aπ/2) ξ): the noise keeps unit scale, so x_{σ'} has exactly the
     forward process's coefficients at every σ', whatever the step size. Flow-GRPO's step does not, and at coarse T it
-    leaves visible noise in the final sample (RECAST.md §4). Into σ' = 0 the step is deterministic (x0_hat),
+    leaves visible noise in the final sample (docs/method.md §4). Into σ' = 0 the step is deterministic (x0_hat),
     log_prob 0.
 
     Args:

@@ -1,4 +1,4 @@
-"""The ReCAST weight solver: a reward-by-timestep matrix W with fixed marginals (RECAST.md §6).
+"""The ReCAST weight solver: a reward-by-timestep matrix W with fixed marginals (docs/method.md §6).
 
 W (K rewards × T denoising steps) keeps the user's budgets exactly in its row sums (Σ_j W[k, j] = λ_k) and gives
 every denoising step the same total weight (Σ_k W[k, j] = Σλ / T). Inside those marginals it is the matrix closest

@@ -1,7 +1,7 @@
 """Aggregation of pairwise verdicts into a win rate with a confidence interval (any world, any judge).
 
 A verdict is +1 (A better), -1 (B better), 0 (tie) or None (the judge abstained, e.g. an unparseable answer).
-Ties count half, as in the digit world's preference judge (`recast.digits.judges.preference.WinRate`); abstentions are
+Ties count half, as in the digit world's preference judge (`recast.worlds.digits.judges.preference.WinRate`); abstentions are
 left out of the rate and reported.
 """
 

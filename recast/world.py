@@ -94,15 +94,15 @@ class WorldInfo:
 # prefix -> factory or "module:attribute"; the factory is called as factory(arg) with arg the text after "prefix:"
 # (None for a bare prefix) and returns a World.
 _REGISTRY: dict[str, Callable[[str | None], World] | str] = {
-    "digits": "recast.worlds.digits:load",
-    "tiny": "recast.worlds.digits:tiny",
+    "digits": "recast.worlds.digits.world:load",
+    "tiny": "recast.worlds.digits.world:tiny",
     "sd3": "recast.worlds.sd3:load_sd3_world",
     "sd3-tiny": "recast.worlds.sd3.tiny:tiny_sd3_world",
 }
 # prefix -> `info(arg) -> WorldInfo` or "module:attribute"; cheap: no weights are read
 _INFO: dict[str, Callable[[str | None], WorldInfo] | str] = {
-    "digits": "recast.worlds.digits:info",
-    "tiny": "recast.worlds.digits:info",
+    "digits": "recast.worlds.digits.world:info",
+    "tiny": "recast.worlds.digits.world:info",
     "sd3": "recast.worlds.sd3.world:sd3_info",
     "sd3-tiny": "recast.worlds.sd3.world:sd3_info",
 }

@@ -87,7 +87,7 @@ def child(argv: list[str]) -> int:
     if fault != "none":
         kind, n = fault.split(":")
         _install_fault(kind, int(n))
-    from recast.__main__ import main  # imported after patching, so `from recast.io import ...` sees the patches
+    from recast.cli import main  # imported after patching, so `from recast.io import ...` sees the patches
 
     return main(argv[1:])
 

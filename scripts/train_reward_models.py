@@ -38,7 +38,7 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
 
-    from recast.digits.rewards import nets
+    from recast.worlds.digits.rewards import nets
 
     jobs = {
         "digit": (lambda: nets.train_digit_net(args.steps, args.seed, 250),
@@ -51,7 +51,7 @@ def main() -> None:
                                 args.out / "data/rewards/realism_conditional_cnn.safetensors"),
     }
     if "judge" in args.only:
-        from recast.digits.judges import features
+        from recast.worlds.digits.judges import features
 
         jobs["judge"] = (lambda: features.train_judge_net(args.steps, args.seed, 250),
                          args.out / "data/judges/judge_features.safetensors")

@@ -13,8 +13,8 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 # Notebooks and library code write figures through recast.plotting.savefig; under test they go to a scratch folder
-# so a test run never overwrites the committed figures/. Likewise result tables (recast.sweep.results_dir), so
-# CI-sized notebook runs never overwrite data/results/. Scratch folders this session made are removed when it ends.
+# so a test run never overwrites the committed figures/. Likewise result tables (recast.experiments.sweep.results_dir), so
+# CI-sized notebook runs never overwrite research/tables/. Scratch folders this session made are removed when it ends.
 _SCRATCH = []
 for _var, _prefix in (("RECAST_FIGURES_DIR", "recast-figures-"), ("RECAST_RESULTS_DIR", "recast-results-")):
     if _var not in os.environ:
@@ -45,9 +45,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _primary_palette():
-    """The palette is process-wide (`recast.digits.data.set_palette`; `load_world` sets a world's own): every test
+    """The palette is process-wide (`recast.worlds.digits.data.set_palette`; `load_world` sets a world's own): every test
     starts and ends in the default world's, so a test that loads a probe world cannot leak its colours."""
-    from recast.digits import data
+    from recast.worlds.digits import data
 
     data.set_palette("primary")
     yield

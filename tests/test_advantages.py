@@ -1,9 +1,9 @@
-"""Closed-form checks of rewards -> advantages -> per-step signals (RECAST.md §3)."""
+"""Closed-form checks of rewards -> advantages -> per-step signals (docs/method.md §3)."""
 
 import pytest
 import torch
 
-from recast.trainer.advantages import (
+from recast.advantages import (
     STD_EPS, group_advantages, normalise_budgets, reward_sum, step_signal, validate_W,
 )
 
@@ -96,7 +96,7 @@ def test_validate_fixed_W():
 
 
 def test_reward_sum_is_an_aggregation_not_a_W():
-    from recast.trainer.advantages import step_signal
+    from recast.advantages import step_signal
 
     s = torch.tensor([[0.2, 0.9, 0.5]])
     cols = torch.tensor([0, 3, 5])

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from recast.digits import rewards as R
-from recast.digits import data
-from recast.digits.corruption import Corruption, corrupt_specs, inject_defects
-from recast.digits.judges.agreement import MATCHING_VERDICT, judge_verdicts, reward_judge_agreement
+from recast.worlds.digits import rewards as R
+from recast.worlds.digits import data
+from recast.worlds.digits.corruption import Corruption, corrupt_specs, inject_defects
+from recast.worlds.digits.judges.agreement import MATCHING_VERDICT, judge_verdicts, reward_judge_agreement
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def test_bad_input_is_named(batch, rewards, match):
 def test_verdict_reward_is_the_verdict_as_0_1_and_names_unknown_verdicts(batch):
     """A verdict as a pseudo-reward: 1.0 where the judge passes, 0.0 where it fails, on images clamped to [0, 1];
     an unknown verdict is refused with the valid names."""
-    from recast.digits.judges.agreement import verdict_reward
+    from recast.worlds.digits.judges.agreement import verdict_reward
 
     images, prompts = batch[0], batch[1]
     v = judge_verdicts(images, prompts)

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from recast.alone import MATCHING_JUDGES, REEVAL_SEED_OFFSET, alone_table, plan_alone
-from recast.digits.judges.agreement import MATCHING_VERDICT
+from recast.experiments.alone import MATCHING_JUDGES, REEVAL_SEED_OFFSET, alone_table, plan_alone
+from recast.worlds.digits.judges.agreement import MATCHING_VERDICT
 
 
 def _row(reward, seed, digit, color, fid, train):
@@ -16,7 +16,7 @@ def _row(reward, seed, digit, color, fid, train):
 
 
 def test_every_reward_with_a_judge_has_matching_judges():
-    from recast.digits.rewards import ORACLE_VERDICTS
+    from recast.worlds.digits.rewards import ORACLE_VERDICTS
 
     # the realism variants of the realism-size round have no entry in MATCHING_VERDICT, so the audit (and its AUC >= 0.8
     # test) leaves them out: both miss it, and `test_realism_variants_agreement_on_the_audit_draw` checks their values
@@ -52,7 +52,7 @@ def test_plan_is_one_single_reward_command_per_seed(tmp_path):
 
 
 def test_plan_can_set_kl_beta_and_the_command_carries_it(tmp_path):
-    from recast.__main__ import build_parser, config_from_args
+    from recast.cli import build_parser, config_from_args
 
     run = plan_alone(rewards=("sharpness",), seeds=(0,), out_root=tmp_path, kl_beta=3)[0]
     assert "--set kl_beta=3.0" in run.command
@@ -92,7 +92,7 @@ def test_verdicts_follow_the_seed_std_rule():
 def test_rule_false_alarm_has_the_closed_form_at_three_seeds_and_matches_a_simulation():
     import numpy as np
 
-    from recast.alone import change_over_seeds, rule_false_alarm
+    from recast.experiments.alone import change_over_seeds, rule_false_alarm
 
     # t with 2 degrees of freedom has CDF 1/2 + t / (2 sqrt(2 + t^2)); at t = -sqrt 3: 1/2 - sqrt(3) / (2 sqrt 5)
     p3 = 0.5 - np.sqrt(3) / (2 * np.sqrt(5))
@@ -112,7 +112,7 @@ def test_rule_false_alarm_has_the_closed_form_at_three_seeds_and_matches_a_simul
 def test_eight_clean_rewards_rarely_all_pass_the_rule_at_five_seeds():
     """What the README's targets table reads from `rule_false_alarm`: over 9 judges a reward with no true cost fails
     with probability 0.336 at 5 seeds, so 8 such rewards all pass with probability 0.04; at 10 seeds, 0.66."""
-    from recast.alone import rule_false_alarm
+    from recast.experiments.alone import rule_false_alarm
 
     assert rule_false_alarm(5, 9) == pytest.approx(0.336, abs=5e-4)
     assert (1 - rule_false_alarm(5, 9)) ** 8 == pytest.approx(0.038, abs=5e-4)
@@ -121,14 +121,14 @@ def test_eight_clean_rewards_rarely_all_pass_the_rule_at_five_seeds():
 
 @pytest.mark.parametrize("kwargs", [dict(n_seeds=1), dict(n_seeds=2.5), dict(n_seeds=3, n_judges=0)])
 def test_rule_false_alarm_refuses_what_has_no_seed_std(kwargs):
-    from recast.alone import rule_false_alarm
+    from recast.experiments.alone import rule_false_alarm
 
     with pytest.raises(ValueError):
         rule_false_alarm(**kwargs)
 
 
 def test_a_pass_rates_seed_std_is_at_least_one_prompt():
-    from recast.alone import change_over_seeds
+    from recast.experiments.alone import change_over_seeds
 
     # strict rises by exactly one prompt in 64 in each of 3 seeds: s.d. 0, floored at 1/64, so not "improved"
     rows = [{"eval_prompts": 64, "judge/strict": (10 + s + 1) / 64, "base:judge/strict": (10 + s) / 64}
@@ -143,7 +143,7 @@ def test_a_pass_rates_seed_std_is_at_least_one_prompt():
 
 
 def test_changes_over_seeds_covers_every_metric_with_a_base_value_in_order():
-    from recast.alone import change_over_seeds, changes_over_seeds
+    from recast.experiments.alone import change_over_seeds, changes_over_seeds
 
     rows = [{"seed": s, "judge/fid": 100.0 - s, "base:judge/fid": 120.0, "reward/size_half_max": 0.6 + s / 10,
              "base:reward/size_half_max": 0.5, "judge/diversity": 3.0, "setting": "compose"} for s in range(3)]
@@ -156,7 +156,7 @@ def test_changes_over_seeds_covers_every_metric_with_a_base_value_in_order():
 def test_versus_control_is_the_paired_difference_of_changes_against_the_placebo():
     from scipy.stats import t as student_t
 
-    from recast.alone import versus_control
+    from recast.experiments.alone import versus_control
 
     # per seed, colour moves +0.10/+0.12/+0.14 under colour and +0.01/+0.03/-0.01 under the placebo; the Fréchet
     # distance (lower is better) rises by 18/22/20 under colour and by 0 under the placebo
@@ -182,9 +182,9 @@ def test_versus_control_is_the_paired_difference_of_changes_against_the_placebo(
 def test_reevaluate_pairs_base_and_final_on_more_samples(tmp_path, monkeypatch):
     """Two tiny single-reward runs of one seed: the re-evaluation scores both on the same prompts and noise, so their
     base scores agree exactly, it is deterministic, and its rows feed `alone_table` with the training-time judges."""
-    from recast.alone import reevaluate
-    from recast.sweep import run_sweep
-    from recast.sweep_results import collect
+    from recast.experiments.alone import reevaluate
+    from recast.experiments.sweep import run_sweep
+    from recast.experiments.sweep_results import collect
 
     monkeypatch.chdir(tmp_path)
     runs = plan_alone(rewards=("digit", "color"), seeds=(0,), world="tiny", preset="ci", iterations=2,
@@ -209,7 +209,7 @@ def test_reevaluate_pairs_base_and_final_on_more_samples(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="num_prompts"):
         reevaluate(runs, num_prompts=0)
     # per-seed draws: draw 0 is the default draw; draw 1 is another one, shared by both rewards' runs of the seed
-    from recast.alone import DRAW_STRIDE, pool_draws, reevaluate_draw
+    from recast.experiments.alone import DRAW_STRIDE, pool_draws, reevaluate_draw
 
     d0, d1 = (reevaluate_draw(runs, d, num_prompts=6) for d in (0, 1))
     assert [{k: v for k, v in r.items() if k != "draw"} for r in d0] == reevaluate(runs, num_prompts=6)
@@ -240,7 +240,7 @@ def test_reevaluate_pairs_base_and_final_on_more_samples(tmp_path, monkeypatch):
 def test_cli_policy_params_needs_a_reevaluation_and_is_refused_before_any_run(tmp_path, capsys):
     """``--policy params`` scores the raw trained weights, which only a re-evaluation can (the training-time
     evaluations score the EMA): without ``--reeval-prompts`` it is refused before any run is planned or trained."""
-    from recast.alone import main
+    from recast.experiments.alone import main
 
     with pytest.raises(SystemExit) as err:
         main(["--rewards", "color", "--seeds", "0,1", "--policy", "params", "--out", str(tmp_path / "alone")])
@@ -265,7 +265,7 @@ def test_draw_spread_pools_the_draws_and_reads_each_one():
     """Closed form: Δ[seed, draw] = a_seed + e_draw. Pooled, the draw term averages to its mean; the shared test on
     draw d sees mean(a) + e_d with the seed-std of a; a per-seed combination sees mean(a) + the mean of the e's it
     draws. A rise in blur is a fall in strict: the same numbers, the opposite verdicts."""
-    from recast.alone import draw_spread
+    from recast.experiments.alone import draw_spread
 
     a = np.array([0.01, 0.02, 0.03])
     e = np.array([-0.04, 0.0, 0.04, 0.08])
@@ -295,7 +295,7 @@ def test_draw_spread_pools_the_draws_and_reads_each_one():
 
 
 def test_draw_spread_refuses_an_incomplete_matrix():
-    from recast.alone import draw_spread
+    from recast.experiments.alone import draw_spread
 
     rows = _draw_rows(np.zeros((3, 2)), np.array([0.5, 0.5]))
     with pytest.raises(ValueError, match="missing"):
@@ -307,15 +307,15 @@ def test_draw_spread_refuses_an_incomplete_matrix():
 
 
 def test_committed_draw_spreads_give_the_readme_verdicts():
-    """The uniform-baseline verdicts the README reads from the committed re-scorings (scripts/draw_spread.py):
+    """The uniform-baseline verdicts the README reads from the committed re-scorings (research/probes/draw_spread.py):
     pooled over 16 draws quality passes every judge (and fails at kl_beta 1) and compose fails on blur alone; compose
     with the sharpness reward added passes every judge, blur improving; on notebook 06's draw (noise seed 0) both settings fail on blur."""
     from pathlib import Path
 
-    from recast.alone import draw_spread
+    from recast.experiments.alone import draw_spread
     from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "research" / "tables"
 
     def verdicts(name):
         rows = read_csv(results / name)
@@ -338,14 +338,14 @@ def test_committed_draw_spreads_give_the_readme_verdicts():
 
 
 def _committed_alone_table(name: str):
-    """The committed single-reward runs ``data/results/<name>_runs.csv`` and their `alone_table`, checked to be the
+    """The committed single-reward runs ``research/tables/<name>_runs.csv`` and their `alone_table`, checked to be the
     committed table ``<name>.csv`` (the same verdicts, row for row)."""
     from pathlib import Path
 
-    from recast.alone import alone_table
+    from recast.experiments.alone import alone_table
     from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "research" / "tables"
     runs = read_csv(results / f"{name}_runs.csv")
     table = alone_table(runs)
     committed = read_csv(results / f"{name}.csv")
@@ -370,21 +370,21 @@ def _verdicts(table: list[dict]) -> dict[str, bool]:
 
 def _vs_placebo(runs: list[dict]) -> dict[tuple[str, str], str]:
     """(reward, judge) -> `versus_control`'s verdict against the placebo's runs at the same seeds."""
-    from recast.alone import versus_control
+    from recast.experiments.alone import versus_control
 
     return {(r["reward"], r["judge"]): r["verdict"] for r in versus_control(runs, "placebo")}
 
 
 def _assert_same_runs(runs: list[dict], earlier: str, budgets: tuple[str, ...], skip: tuple[str, ...] = ()) -> None:
     """The rows of ``budgets`` in ``runs`` carry the same judges, base and final, as the committed
-    ``data/results/<earlier>_runs.csv`` at the same seeds, to 1e-8: re-trained runs reproduce the earlier round's.
+    ``research/tables/<earlier>_runs.csv`` at the same seeds, to 1e-8: re-trained runs reproduce the earlier round's.
     Judges named in ``skip`` (``judge/defect_blur``) are left out: a judge that changed since."""
     from pathlib import Path
 
     from recast.io import read_csv
 
     older = {(r["budget"], int(r["seed"])): r
-             for r in read_csv(Path(__file__).resolve().parents[1] / "data" / "results" / f"{earlier}_runs.csv")}
+             for r in read_csv(Path(__file__).resolve().parents[1] / "research" / "tables" / f"{earlier}_runs.csv")}
     rows = [r for r in runs if r["budget"] in budgets]
     assert {r["budget"] for r in rows} == set(budgets)
     for r in rows:
@@ -431,7 +431,7 @@ def test_committed_second_glyph_round_alone_table_gives_the_readme_verdicts():
 def test_committed_sharpness_steep_alone_table_is_reward_hacking():
     """sharpness_steep, the late-decided variant (README "Each reward alone"): alone it lowers blur, and it hacks:
     the Fréchet distance rises and every attribute judge falls, also against the placebo."""
-    from recast.alone import versus_control
+    from recast.experiments.alone import versus_control
 
     runs, rows = _committed_alone_table("alone_sharpness_steep_reeval256")
     table = {(r["reward"], r["judge"]): r for r in rows}
@@ -448,7 +448,7 @@ def test_committed_sharpness_steep_hinged_alone_table_fails_with_a_smaller_hack(
     and it still fails, on a hack the hinge shrinks but does not close: the Fréchet distance rises against the
     placebo, and digit, colour and speckle fall by more than a seed-std (ties against the placebo), while the
     position, size and strict judges, which sharpness_steep's erasing took down, stay within one."""
-    from recast.alone import versus_control
+    from recast.experiments.alone import versus_control
 
     runs, rows = _committed_alone_table("alone_sharpness_steep_hinged_reeval256")
     table = {(r["reward"], r["judge"]): r for r in rows}
@@ -468,16 +468,16 @@ def test_committed_sharpness_steep_hinged_alone_table_fails_with_a_smaller_hack(
 
 
 def test_committed_steep_guard_probe_every_guard_that_closes_the_hack_is_decided_before_the_cleanest_third():
-    """scripts/steep_guard_probe.py's committed grid (README "The steep-guard round"): sharpness_steep's own row
+    """research/probes/steep_guard_probe.py's committed grid (README "The steep-guard round"): sharpness_steep's own row
     is its stored-ends timing (timing_candidates.csv); it pays the erasing hack, and so does the weakest hinge;
     the registered hinge at 8 is the weakest on the grid that does not; a stronger hinge closes it further and is
     decided earlier; and no guard that closes the hack has its centre of mass in the cleanest third (>= 3.5)."""
     from pathlib import Path
 
-    from recast.digits.rewards.steep import STEEP_INK_HINGE
+    from recast.worlds.digits.rewards.steep import STEEP_INK_HINGE
     from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "research" / "tables"
     rows = {r["guard"]: {k: float(v) for k, v in r.items() if k != "guard"}
             for r in read_csv(results / "steep_guard_probe.csv")}
     timing = {(r["name"], int(r["seed"])): float(r["com"]) for r in read_csv(results / "timing_candidates.csv")}
@@ -532,10 +532,10 @@ def test_committed_steep_guard_samples_show_the_two_routes():
     still rises (README "The steep-guard round")."""
     from pathlib import Path
 
-    from recast.digits.rewards.steep import STEEP_INK_HINGE
+    from recast.worlds.digits.rewards.steep import STEEP_INK_HINGE
     from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "research" / "tables"
     rows = {(r["run"], int(r["seed"]), r["policy"]): r for r in read_csv(results / "steep_guard_probe_samples.csv")}
     for seed in (0, 1):
         b = rows[("sharpness_steep", seed, "base")]
@@ -696,7 +696,7 @@ def test_committed_contrast_round_each_redesign_removes_a_cost_and_wash_free_sti
 
 
 def test_committed_contrast_probe_every_contrast_variant_grows_the_glyph_and_the_fade_oracle_does_not():
-    """`scripts/contrast_probe.py`'s committed table (README "The oracle control"), seeds 0-2, base -> final: every
+    """`research/probes/contrast_probe.py`'s committed table (README "The oracle control"), seeds 0-2, base -> final: every
     contrast variant clears the background and grows the glyph (inked pixels up by more than half, the side past a
     large glyph's 12 px for contrast and contrast_flat), in the order of how much it pays for ink level; the fade
     oracle clears the background as much and leaves the glyph's size and level as they were."""
@@ -704,7 +704,7 @@ def test_committed_contrast_probe_every_contrast_variant_grows_the_glyph_and_the
 
     from recast.io import read_csv
 
-    rows = read_csv(Path(__file__).resolve().parents[1] / "data" / "results" / "contrast_probe.csv")
+    rows = read_csv(Path(__file__).resolve().parents[1] / "research" / "tables" / "contrast_probe.csv")
 
     def mean(reward, policy, key):
         sel = [float(r[key]) for r in rows if r["reward"] == reward and r["policy"] == policy]
@@ -747,7 +747,7 @@ def test_committed_oracle_params_table_the_blur_costs_are_not_the_emas():
 def test_probe_args_and_base_and_final_samples_refuse_a_missing_run_before_sampling(tmp_path):
     """The sample probes' shared command line (`probe_args`) and sampler (`base_and_final_samples`): seeds parse to
     ints, the defaults are seeds 0-2 and 128 prompts, and a run directory that does not exist is named at once."""
-    from recast.alone import base_and_final_samples, probe_args
+    from recast.experiments.alone import base_and_final_samples, probe_args
 
     a = probe_args("probe", ["contrast", "placebo", "--seeds", "3,4", "--root", str(tmp_path)])
     assert a.rewards == ["contrast", "placebo"] and a.seeds == (3, 4) and a.num_prompts == 128
@@ -757,7 +757,7 @@ def test_probe_args_and_base_and_final_samples_refuse_a_missing_run_before_sampl
 
 
 def test_pool_draws_averages_each_run_over_its_draws_and_refuses_uneven_or_repeated_draws():
-    from recast.alone import change_over_seeds, pool_draws
+    from recast.experiments.alone import change_over_seeds, pool_draws
 
     def row(budget, seed, draw, v):
         return {"setting": "alone", "budget": budget, "method": "uniform", "seed": seed, "eval_prompts": 256,
@@ -785,16 +785,16 @@ def test_pool_draws_averages_each_run_over_its_draws_and_refuses_uneven_or_repea
 
 
 def test_committed_pooled_single_reward_table_on_512_samples():
-    """The wash-free round's single-reward table on two per-seed draws of 256 pooled (`scripts/alone_draws.py`): its
+    """The wash-free round's single-reward table on two per-seed draws of 256 pooled (`research/probes/alone_draws.py`): its
     first draw is the committed tables' rows, the table follows from the committed rows, and near-threshold verdicts
     move with the draw. size_half_max now passes (size +0.021 ± 0.018); wash_free fails on size (−0.015 ± 0.015), the
     placebo's own size move (−0.016), a tie against it; position_flat (colour) and realism (size) still fail."""
     from pathlib import Path
 
-    from recast.alone import alone_table, pool_draws, versus_control
+    from recast.experiments.alone import alone_table, pool_draws, versus_control
     from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "research" / "tables"
     rows = read_csv(results / "alone_clipped_pooled512_runs.csv")
     first = {(r["budget"], r["seed"]): r for name in ("alone_clipped_reeval256", "alone_contrast_round_clipped_reeval256")
              for r in read_csv(results / f"{name}_runs.csv")}
@@ -853,7 +853,7 @@ def test_committed_realism_variants_alone_tables_give_the_readme_verdicts():
 
 
 def test_committed_realism_size_probe_every_realism_grows_the_glyphs_the_centred_one_least():
-    """`scripts/realism_size_probe.py`'s committed table (README "The realism-size round"), 5 seeds, 128 test
+    """`research/probes/realism_size_probe.py`'s committed table (README "The realism-size round"), 5 seeds, 128 test
     samples, base -> final: realism draws small prompts' glyphs at a large glyph's side (7.9 -> 12.3 px) and flips the
     size judge from small to large prompts; the size-blind view grows them further; the size-conditional realism
     grows them less but still past 10 px, trading small prompts' size for large prompts' (its flat size judge is an
@@ -864,7 +864,7 @@ def test_committed_realism_size_probe_every_realism_grows_the_glyphs_the_centred
 
     from recast.io import read_csv
 
-    rows = read_csv(Path(__file__).resolve().parents[1] / "data" / "results" / "realism_size_probe.csv")
+    rows = read_csv(Path(__file__).resolve().parents[1] / "research" / "tables" / "realism_size_probe.csv")
 
     def m(reward, policy, key):
         sel = [float(r[key]) for r in rows if r["reward"] == reward and r["policy"] == policy]
@@ -896,14 +896,14 @@ def test_committed_realism_size_probe_every_realism_grows_the_glyphs_the_centred
 
 
 def test_committed_realism_conditional_pooled_table_on_512_samples_still_passes():
-    """realism_conditional on a second per-seed draw of 256 pooled with the first (`scripts/alone_draws.py`): it
+    """realism_conditional on a second per-seed draw of 256 pooled with the first (`research/probes/alone_draws.py`): it
     still passes the rule (Fréchet −830 ± 116, size −0.011 ± 0.019), and the placebo's second draw is the
     wash-free round's pooled table's, row for row."""
     from pathlib import Path
 
     from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "research" / "tables"
     rows, table = _committed_pooled_table("alone_realism_conditional_pooled512")
     assert _verdicts(table) == {"realism_conditional": True, "placebo": True} and _worse_judges(table) == {}
     fid = next(r for r in table if (r["reward"], r["judge"]) == ("realism_conditional", "judge/fid"))
@@ -916,12 +916,12 @@ def test_committed_realism_conditional_pooled_table_on_512_samples_still_passes(
 
 
 def test_realism_size_probe_measures_real_canvases_at_their_true_sides():
-    """`scripts/realism_size_probe.py`'s measure on real canvases: small glyphs 8 px and large 12 px (the judges'
+    """`research/probes/realism_size_probe.py`'s measure on real canvases: small glyphs 8 px and large 12 px (the judges'
     box), the size judge passes both, hardly any is blurred, and every realism reward scores them above 0.6."""
     import torch
     from helpers import load_script
 
-    from recast.digits import data
+    from recast.worlds.digits import data
 
     probe = load_script("realism_size_probe")
     specs = [data.PromptSpec(d, c, p, s) for d in data.DIGITS for c in ("red", "green") for p in data.POSITIONS
@@ -963,15 +963,15 @@ def test_committed_realism_centred_alone_tables_pass_on_256_and_512_samples():
 
 
 def _committed_pooled_table(name: str):
-    """The committed rows ``data/results/<name>_runs.csv`` of one reward and the placebo on two pooled draws
-    (`scripts/alone_draws.py`, 5 seeds) and their pooled `alone_table`, checked to give the committed ``<name>.csv``'s
+    """The committed rows ``research/tables/<name>_runs.csv`` of one reward and the placebo on two pooled draws
+    (`research/probes/alone_draws.py`, 5 seeds) and their pooled `alone_table`, checked to give the committed ``<name>.csv``'s
     changes."""
     from pathlib import Path
 
-    from recast.alone import alone_table, pool_draws
+    from recast.experiments.alone import alone_table, pool_draws
     from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "research" / "tables"
     rows = read_csv(results / f"{name}_runs.csv")
     assert {r["draw"] for r in rows} == {0, 1} and len(rows) == 2 * 2 * 5
     table = alone_table(pool_draws(rows))

@@ -1,6 +1,6 @@
 """The committed base model leaves room to learn on every attribute and defect, and every reward agrees with its judge.
 
-One audit (`recast.digits.audit.audit_world`: 256 test prompts, ODE, 10 steps, seed 0) of `data/digit_base` is shared
+One audit (`recast.worlds.digits.audit.audit_world`: 256 test prompts, ODE, 10 steps, seed 0) of `data/digit_base` is shared
 by the tests. The draw is seeded, so the numbers are fixed on a given torch build; the bands are the issue's, and the
 README's audit table shows how far inside them the committed model sits.
 """
@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from recast.digits.audit import BANDS, audit_world, out_of_band
-from recast.digits.judges.agreement import MATCHING_VERDICT
-from recast.digits.world import load_world
+from recast.worlds.digits.audit import BANDS, audit_world, out_of_band
+from recast.worlds.digits.judges.agreement import MATCHING_VERDICT
+from recast.worlds.digits.model import load_world
 
 AGREEMENT_MIN = 0.8  # ROC AUC of each reward against its matching judge on base-model samples
 
@@ -38,7 +38,7 @@ def test_out_of_band_is_empty_and_names_what_falls_out(audit):
 # glyph-only round). The reward did not change; the blur verdict did. It missed about 60 % of the canvases that were both
 # blurred and speckled (a speck beside the glyph read as a sharp edge), so many defective samples counted as
 # defect-free (`tests/test_defects.py`, ground truth on injected defects). With the verdict fixed realism agrees at
-# 0.834. `python scripts/realism_probe.py` measured, under the old verdict, the CNN blindness that kept it low.
+# 0.834. `python research/probes/realism_probe.py` measured, under the old verdict, the CNN blindness that kept it low.
 
 
 @pytest.mark.parametrize("reward", list(MATCHING_VERDICT))
@@ -66,9 +66,9 @@ def test_realism_variants_agreement_on_the_audit_draw():
     centred on the base model (the centred-realism round) ranks at 0.812 and 0.852. No candidate is in a setting."""
     from sklearn.metrics import roc_auc_score
 
-    from recast.digits import rewards as R
-    from recast.digits.audit import sample_world
-    from recast.digits.judges.agreement import judge_verdicts
+    from recast.worlds.digits import rewards as R
+    from recast.worlds.digits.audit import sample_world
+    from recast.worlds.digits.judges.agreement import judge_verdicts
 
     images, prompts = sample_world(load_world("data/digit_base"), n=256, split="test", num_steps=10, seed=0)
     v = judge_verdicts(images, prompts)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from recast.__main__ import config_from_args, build_parser, main
+from recast.cli import config_from_args, build_parser, main
 
 
 def test_cli_train_and_resume(tmp_path, capsys):
@@ -55,8 +55,8 @@ def test_quality_defaults_to_sharpness_heavy_budgets_and_an_explicit_lam_wins():
     import torch
 
     from recast.config import preset, resolve_budgets, resolve_world
-    from recast.digits.rewards import BUDGETS, SETTINGS
-    from recast.sweep import budget_grid
+    from recast.worlds.digits.rewards import BUDGETS, SETTINGS
+    from recast.experiments.sweep import budget_grid
     from recast.trainer.validate import validate_config
     from recast.world import world_info
 
@@ -160,7 +160,7 @@ def test_cli_train_fixed_w_from_a_profile_trains_at_exactly_that_w(tmp_path, cap
     assert torch.allclose(trainer.W.double(), torch.tensor(W, dtype=torch.float64), atol=1e-6)  # the W every iteration's advantages are built with
     capsys.readouterr()
 
-    mean_w = tmp_path / "mean_W.json"  # scripts/fixed_w_runs.py's file: no reward names, so only the marginals check
+    mean_w = tmp_path / "mean_W.json"  # research/probes/fixed_w_runs.py's file: no reward names, so only the marginals check
     mean_w.write_text(json.dumps({"W": [[0.175] * 4, [0.075] * 4]}))
     bad = {
         "missing": (["--fixed-w", str(tmp_path / "nope.json")], "no such file"),

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from recast.digits import data
-from recast.digits.corruption import Corruption, corrupt_specs, inject_defects, sample_corrupted_batch
-from recast.digits.pretrain import parse_corruption
+from recast.worlds.digits import data
+from recast.worlds.digits.corruption import Corruption, corrupt_specs, inject_defects, sample_corrupted_batch
+from recast.worlds.digits.pretrain import parse_corruption
 
 
 def _specs(n, seed=0):
@@ -52,7 +52,7 @@ def test_captions_stay_in_the_train_split():
 @pytest.mark.parametrize("defect, reward, direction", [("blur", "sharpness", -1), ("speckle", "clean", -1),
                                                        ("fade", "contrast", -1)])
 def test_each_defect_hits_at_its_rate_and_lowers_its_reward(defect, reward, direction):
-    from recast.digits import rewards
+    from recast.worlds.digits import rewards
 
     images, prompts = data.sample_batch(400, generator=torch.Generator().manual_seed(3))
     out, applied = inject_defects(images, Corruption(**{defect: 0.4}), torch.Generator().manual_seed(4))

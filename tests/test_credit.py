@@ -1,4 +1,4 @@
-"""W is what training applies (RECAST.md §3-§4): every loss column weighs the same, GRPO's W covers the columns it
+"""W is what training applies (docs/method.md §3-§4): every loss column weighs the same, GRPO's W covers the columns it
 trains, and near-constant rewards are silenced for every method."""
 
 from pathlib import Path
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from recast.config import preset
-from recast.trainer.advantages import group_advantages, silenced_rewards
+from recast.advantages import group_advantages, silenced_rewards
 
 
 def _column_grad_shares(world, T: int = 6, B: int = 4) -> torch.Tensor:
@@ -16,7 +16,7 @@ def _column_grad_shares(world, T: int = 6, B: int = 4) -> torch.Tensor:
     Per example, not per batch: a batch's gradient norm also measures how much its examples cancel, which is a
     property of the data, not of the loss's scale. p = 1 for every example (W = λ/T gives every column the same p).
     """
-    from recast.digits.data import prompt_set
+    from recast.worlds.digits.data import prompt_set
     from recast.sampling import predict_velocity, sample_ode, sigma_schedule
     from recast.trainer.losses import nft_loss
     from recast.trainer.policy import Policy
@@ -50,7 +50,7 @@ def _column_grad_shares(world, T: int = 6, B: int = 4) -> torch.Tensor:
 def test_every_loss_column_weighs_the_same_at_the_base_model():
     """With W = λ/T each column's share of the gradient norm is within a factor 2 of 1/T in velocity space. The
     x0-space form is σ_j times it per example (tests/test_losses.py), which leaves the last column under 1 %."""
-    from recast.digits.world import load_world
+    from recast.worlds.digits.model import load_world
 
     path = Path(__file__).resolve().parents[1] / "data" / "digit_base"  # the committed base model
     torch.set_num_threads(1)

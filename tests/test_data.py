@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from recast.digits import data
+from recast.worlds.digits import data
 
 
 def test_prompt_sets_deterministic_disjoint_and_cover_every_value():

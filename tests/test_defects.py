@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from recast.digits import data
-from recast.digits.corruption import DEFECTS
-from recast.digits.judges.defects import defect_report, judge_defects
-from recast.digits.rewards.degrade import degrade
+from recast.worlds.digits import data
+from recast.worlds.digits.corruption import DEFECTS
+from recast.worlds.digits.judges.defects import defect_report, judge_defects
+from recast.worlds.digits.rewards.degrade import degrade
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_blur_is_judged_on_the_glyph_so_specks_do_not_hide_it(real):
 
 
 def test_clip_isolated_peaks_removes_one_pixel_specks_and_keeps_strokes():
-    from recast.digits.judges.ink import clip_isolated_peaks
+    from recast.worlds.digits.judges.ink import clip_isolated_peaks
 
     I = torch.zeros(1, 8, 8)
     I[0, 2, 2] = 1.0  # a lone speck: every neighbour is 0
@@ -84,8 +84,8 @@ def test_clip_isolated_peaks_removes_one_pixel_specks_and_keeps_strokes():
 def test_clip_isolated_peaks_keeps_real_glyphs_verdicts(real):
     """On real canvases the clipping moves the steepest glyph step (a clipped stroke tip lowers the glyph's peak,
     which normalises the steps) by at most 0.18 and by nothing in most, and changes no blur verdict."""
-    from recast.digits.judges.defects import BLUR_MAX_STEP, _max_step
-    from recast.digits.judges.ink import clip_isolated_peaks, split_ink
+    from recast.worlds.digits.judges.defects import BLUR_MAX_STEP, _max_step
+    from recast.worlds.digits.judges.ink import clip_isolated_peaks, split_ink
 
     I = data.ink_intensity(real)
     before = _max_step(I, split_ink(I)[0])
@@ -100,10 +100,10 @@ def test_blur_verdict_is_blind_to_specks_where_training_puts_them(glyph_split):
     """Ground truth: canvases blurred and speckled as pretraining injects them (`inject_defects`, specks anywhere on
     the canvas, blur first). A speck within two pixels of a blurred glyph is part of the glyph; until the
     peak-clipping round its one-pixel step hid the blur in about 60 % of these canvases (recall 0.39 with specks, 1.00
-    without; `scripts/blur_judge_probe.py`), so every policy that removed specks was judged blurrier. Now recall with
+    without; `research/probes/blur_judge_probe.py`), so every policy that removed specks was judged blurrier. Now recall with
     specks is within 0.08 of recall without them, specks raise no false alarm, and the two verdicts are nearly
     independent, as injected."""
-    from recast.digits.corruption import Corruption, inject_defects
+    from recast.worlds.digits.corruption import Corruption, inject_defects
 
     g, cg = torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)
     prompts = data.sample_prompts(1024, split="train", generator=g)
@@ -118,16 +118,16 @@ def test_blur_verdict_is_blind_to_specks_where_training_puts_them(glyph_split):
 
 
 def test_blur_judge_probe_reproduces_its_committed_ground_truth_rows():
-    """`scripts/blur_judge_probe.py`'s ground-truth part (the README's peak-clipping table) from its defaults."""
+    """`research/probes/blur_judge_probe.py`'s ground-truth part (the README's peak-clipping table) from its defaults."""
     import csv
     import importlib.util
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("blur_judge_probe", root / "scripts" / "blur_judge_probe.py")
+    spec = importlib.util.spec_from_file_location("blur_judge_probe", root / "research" / "probes" / "blur_judge_probe.py")
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
-    with open(root / "data" / "results" / "blur_judge_probe.csv") as f:
+    with open(root / "research" / "tables" / "blur_judge_probe.csv") as f:
         committed = [r for r in csv.DictReader(f) if r["part"] == "ground_truth"]
     fresh = probe.ground_truth_rows(2048)
     assert len(fresh) == len(committed) == 24

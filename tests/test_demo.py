@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from recast.demo import efficiency, paired, run_demo
+from recast.experiments.demo import efficiency, paired, run_demo
 from recast.stats import images_to_reach
 from recast.trainer.metrics import load_run
 
@@ -64,13 +64,13 @@ def test_demo_rejects_bad_method_before_training(tmp_path):
 
 def _calls(setting: str) -> dict[str, dict[str, set[str]]]:
     """baseline -> {"win": metrics, "loss": metrics} of the committed 5-seed demo's paired table
-    (``data/results/demo5_<setting>_paired.csv``; ``quality_realism``: the quality demo before the centred-realism
+    (``research/tables/demo5_<setting>_paired.csv``; ``quality_realism``: the quality demo before the centred-realism
     round)."""
     from pathlib import Path
 
     from recast.io import read_csv
 
-    rows = read_csv(Path(__file__).resolve().parents[1] / "data" / "results" / f"demo5_{setting}_paired.csv")
+    rows = read_csv(Path(__file__).resolve().parents[1] / "research" / "tables" / f"demo5_{setting}_paired.csv")
     out: dict[str, dict[str, set[str]]] = {}
     for r in rows:
         assert r["method"] == "recast" and int(r["n"]) == 5
@@ -115,7 +115,7 @@ def test_committed_5_seed_demos_meet_the_uniform_baseline_target(setting, fid_sh
     (``quality_realism``), by 46 % in quality now (to at most ``fid_share`` of the base's)."""
     from pathlib import Path
 
-    d = json.loads((Path(__file__).resolve().parents[1] / "data" / "results" / f"demo5_{setting}.json").read_text())
+    d = json.loads((Path(__file__).resolve().parents[1] / "research" / "tables" / f"demo5_{setting}.json").read_text())
     rows = {r["metric"]: r for r in d["rows"] if r["method"] == "uniform"}
     assert all(r["seeds"] == 5 for r in rows.values())
     lower_is_better = lambda m: m == "judge/fid" or m.startswith("judge/defect_")  # noqa: E731
@@ -133,8 +133,8 @@ def test_rescore_pairs_methods_on_shared_draws_and_pools_them(tmp_path, monkeypa
     """`rescore` re-samples every demo run on shared per-seed draws: both methods of a seed see the same noise, so
     their base models score identically; `rescore_paired` and `rescore_changes` average each run over its draws
     before pairing by seed, and a method against itself is a zero-width tie."""
-    from recast.alone import REEVAL_SEED_OFFSET
-    from recast.demo import RESCORE_DRAW_STRIDE, demo_runs, rescore, rescore_changes, rescore_paired
+    from recast.experiments.alone import REEVAL_SEED_OFFSET
+    from recast.experiments.demo import RESCORE_DRAW_STRIDE, demo_runs, rescore, rescore_changes, rescore_paired
 
     monkeypatch.setenv("RECAST_FIGURES_DIR", str(tmp_path / "figs"))
     out = tmp_path / "demo"
@@ -183,7 +183,7 @@ def test_committed_quality_realism_rescore_reproduces_and_confirms_the_frechet_w
     speckle, fade and the Fréchet distance; under uniform no judge moves the wrong way by more than a seed-std."""
     from helpers import load_script
 
-    from recast.demo import rescore_changes, rescore_paired
+    from recast.experiments.demo import rescore_changes, rescore_paired
 
     rows = _committed_rescore("demo5_quality_realism_rescore")
     assert len(rows) == 3 * 5 * 2 and {r["eval_prompts"] for r in rows} == {256}
@@ -212,7 +212,7 @@ def _fake_rescore_rows(shift: float = 0.0, draws=(0, 1)) -> list[dict]:
 
 
 def test_rescore_compare_pairs_two_demos_by_method_and_seed_on_their_common_draws():
-    from recast.demo import rescore_compare
+    from recast.experiments.demo import rescore_compare
 
     rows = _fake_rescore_rows()
     assert all(r["diff"] == 0 and r["verdict"] == "tie" for r in rescore_compare(rows, rows))
@@ -234,10 +234,10 @@ def test_committed_quality_rescores_with_contrast_and_with_wash_free():
     under every method; every other judge ties."""
     from pathlib import Path
 
-    from recast.demo import rescore_changes, rescore_compare, rescore_paired
+    from recast.experiments.demo import rescore_changes, rescore_compare, rescore_paired
     from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "research" / "tables"
     contrast = read_csv(results / "demo5_quality_contrast_rescore.csv")
     wash = read_csv(results / "demo5_quality_realism_rescore.csv")
     assert len(contrast) == 15 and {r["draw"] for r in contrast} == {0}
@@ -264,10 +264,10 @@ def test_committed_quality_rescore_with_realism_centred_and_its_swap():
     the Fréchet distance under every method and lowers fade under uniform and reward_sum; every other judge ties."""
     from pathlib import Path
 
-    from recast.demo import rescore_changes, rescore_compare, rescore_paired
+    from recast.experiments.demo import rescore_changes, rescore_compare, rescore_paired
     from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "research" / "tables"
     rows = _committed_rescore("demo5_quality_rescore")
     assert len(rows) == 3 * 5 and {r["draw"] for r in rows} == {0} and {r["eval_prompts"] for r in rows} == {256}
     calls = {}
@@ -293,14 +293,14 @@ def test_committed_quality_rescore_with_realism_centred_and_its_swap():
 
 
 def _committed_rescore(name: str) -> list[dict]:
-    """The committed rows ``data/results/<name>.csv`` of `scripts/demo_rescore.py`, checked to give its committed
+    """The committed rows ``research/tables/<name>.csv`` of `research/probes/demo_rescore.py`, checked to give its committed
     ``<name>_paired.csv`` and ``<name>_changes.csv`` field for field."""
     from pathlib import Path
 
-    from recast.demo import rescore_changes, rescore_paired
+    from recast.experiments.demo import rescore_changes, rescore_paired
     from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "research" / "tables"
     rows = read_csv(results / f"{name}.csv")
     for table, fn in (("paired", rescore_paired), ("changes", rescore_changes)):
         committed = read_csv(results / f"{name}_{table}.csv")
@@ -314,12 +314,12 @@ def _committed_rescore(name: str) -> list[dict]:
 
 
 def test_committed_compose_rescore_on_512_samples():
-    """The 5-seed compose demo re-scored on 2 draws of 256 samples per policy and seed (`scripts/demo_rescore.py`,
+    """The 5-seed compose demo re-scored on 2 draws of 256 samples per policy and seed (`research/probes/demo_rescore.py`,
     the centred-realism round): the committed tables follow from their rows. ReCAST's colour win over uniform holds
     (+0.067), its position win does not (a tie), strict becomes a small win and size a small loss (-0.024 [-0.048,
     -0.000]); against reward_sum it wins blur and loses speckle and fade; under uniform no judge moves the wrong way
     by more than a seed-std."""
-    from recast.demo import rescore_changes, rescore_paired
+    from recast.experiments.demo import rescore_changes, rescore_paired
 
     rows = _committed_rescore("demo5_compose_rescore")
     assert len(rows) == 3 * 5 * 2 and {r["draw"] for r in rows} == {0, 1} and {r["eval_prompts"] for r in rows} == {256}

@@ -9,7 +9,7 @@ import torch
 
 from recast.informativeness.ends import RolloutEnds, ends_profile, record_ends
 from recast.informativeness.probe import estimate_profiles, stack_rewards
-from recast.rollout import discriminability_from_ends, reward_agreement
+from recast.informativeness.rollout import discriminability_from_ends, reward_agreement
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ("digit", "color", "sharpness", "speck_free")
@@ -24,7 +24,7 @@ def world():
 
 @pytest.fixture(scope="module")
 def prompts():
-    from recast.digits.data import prompt_set
+    from recast.worlds.digits.data import prompt_set
 
     return prompt_set("train")[:16:2]
 

@@ -7,7 +7,7 @@ import torch
 from helpers import load_script
 
 from recast.informativeness import renyi_discriminability, renyi_rows
-from recast.rollout import fine_grid, reward_agreement, rollout_estimate, sample_ancestral
+from recast.informativeness.rollout import fine_grid, reward_agreement, rollout_estimate, sample_ancestral
 from recast.sampling import PromptEmbeds, cps_step, sample_ode, sample_sde, sigma_schedule
 
 CENTRES = torch.tensor([-0.9, -0.2, 0.8], dtype=torch.float64)  # a mixture of point masses
@@ -111,9 +111,9 @@ def test_cps_step_keeps_the_forward_coefficients_and_its_log_prob_is_gaussian():
 # ---------------------------------------------------------------------------------------- the base model (CI-sized)
 @pytest.fixture(scope="module")
 def base():
-    from recast.digits.data import prompt_set
+    from recast.worlds.digits.data import prompt_set
     from recast.world import load_world
-    from recast.digits.rewards import setting_rewards
+    from recast.worlds.digits.rewards import setting_rewards
 
     path = Path(__file__).resolve().parents[1] / "data" / "digit_base"  # the committed base model
     torch.set_num_threads(1)
@@ -125,13 +125,13 @@ def base():
 
 @pytest.mark.slow
 def test_cps_samples_score_like_ode_samples_on_every_reward(base):
-    import recast.digits.rewards
+    import recast.worlds.digits.rewards
     from recast.config import preset
     from recast.informativeness.probe import stack_rewards
 
     world, names, pool = base
     prompts = pool[::8][:32]
-    reward = stack_rewards([recast.digits.rewards.get(n)("cpu") for n in names])
+    reward = stack_rewards([recast.worlds.digits.rewards.get(n)("cpu") for n in names])
     sigmas = sigma_schedule(6, 3.0)
     a = preset("cpu").sde_noise_level
     with torch.no_grad():
@@ -202,7 +202,7 @@ def test_committed_ground_truth_orders_the_rewards_as_designed():
 
     from recast.informativeness import gains_centre_of_mass
 
-    d = json.loads((Path(__file__).resolve().parents[1] / "data/results/informativeness_base_256.json").read_text())
+    d = json.loads((Path(__file__).resolve().parents[1] / "research/tables/informativeness_base_256.json").read_text())
     coms = []
     for gt in (d["rollout"], d["replicate"]["rollout"]):
         com = dict(zip(gt["reward_names"], gains_centre_of_mass(torch.tensor(gt["gains"])).tolist()))
@@ -216,7 +216,7 @@ def test_committed_ground_truth_orders_the_rewards_as_designed():
 
 
 def test_committed_verdict_timing_matches_figure_02_and_puts_the_defects_late():
-    """`scripts/verdict_timing_probe.py` draws figure 02's batch, noise and continuations, so its reward rows are
+    """`research/probes/verdict_timing_probe.py` draws figure 02's batch, noise and continuations, so its reward rows are
     figure 02's ground truth; the blur and speckle verdicts have most of their gains in columns 4-5 and sit later
     than the rewards that match them (README "When are the judges' verdicts decided?")."""
     import json
@@ -224,7 +224,7 @@ def test_committed_verdict_timing_matches_figure_02_and_puts_the_defects_late():
     from recast.informativeness import gains_centre_of_mass
     from recast.io import read_csv
 
-    root = Path(__file__).resolve().parents[1] / "data/results"
+    root = Path(__file__).resolve().parents[1] / "research/tables"
     rows = {r["name"]: r for r in read_csv(root / "verdict_timing.csv")}
     gt = json.loads((root / "informativeness_base_256.json").read_text())["rollout"]
     com = gains_centre_of_mass(torch.tensor(gt["gains"])).tolist()
@@ -237,7 +237,7 @@ def test_committed_verdict_timing_matches_figure_02_and_puts_the_defects_late():
 
 
 def test_committed_timing_candidates_reproduce_figure_02_and_put_sharpness_steep_late():
-    """`scripts/timing_cache.py` scores rewards on figure 02's stored continuation ends: its rows for the registered
+    """`research/probes/timing_cache.py` scores rewards on figure 02's stored continuation ends: its rows for the registered
     rewards are figure 02's ground truth in both batches; sharpness_steep, read from the steepest edges, has its
     centre of mass at 3.5 or later with most of its gains in the cleanest third (columns 4-5), where sharpness has
     a tenth of them (README "When is each reward informative?")."""
@@ -246,7 +246,7 @@ def test_committed_timing_candidates_reproduce_figure_02_and_put_sharpness_steep
     from recast.informativeness import gains_centre_of_mass
     from recast.io import read_csv
 
-    root = Path(__file__).resolve().parents[1] / "data/results"
+    root = Path(__file__).resolve().parents[1] / "research/tables"
     rows = {(r["name"], int(r["seed"])): r for r in read_csv(root / "timing_candidates.csv")}
     d = json.loads((root / "informativeness_base_256.json").read_text())
     for seed, gt in ((0, d["rollout"]), (1, d["replicate"]["rollout"])):
@@ -260,7 +260,7 @@ def test_committed_timing_candidates_reproduce_figure_02_and_put_sharpness_steep
 
 
 def test_committed_substeps_probe_twice_the_sub_grid_keeps_the_design_and_does_not_close_tweedies_gap():
-    """`scripts/substeps_probe.py` (README "Is the ground truth's sub-grid fine enough?"): the same 256 prompts'
+    """`research/probes/substeps_probe.py` (README "Is the ground truth's sub-grid fine enough?"): the same 256 prompts'
     ground truth with 8 ancestral substeps per step instead of 4. Its rows for the 4-substep batches are figure 02's
     ground truth; doubling the sub-grid moves no setting reward's centre of mass by more than 0.25 columns (a second
     seed moves them by up to 0.27), keeps the designed order and both defect verdicts in the cleanest third; and
@@ -270,7 +270,7 @@ def test_committed_substeps_probe_twice_the_sub_grid_keeps_the_design_and_does_n
     from recast.informativeness import gains_centre_of_mass
     from recast.io import read_csv
 
-    root = Path(__file__).resolve().parents[1] / "data/results"
+    root = Path(__file__).resolve().parents[1] / "research/tables"
     rows = {r["reward"]: r for r in read_csv(root / "ground_truth_substeps.csv")}
     d = json.loads((root / "informativeness_base_256.json").read_text())
     for batch, gt in (("s4_seed0", d["rollout"]), ("s4_seed1", d["replicate"]["rollout"])):
@@ -297,7 +297,7 @@ def test_committed_substeps_probe_sixteen_substeps_decide_every_reward_later_and
     attribute rewards: `test_committed_subgrid_probe_converges_...`)."""
     from recast.io import read_csv
 
-    rows = {r["reward"]: r for r in read_csv(Path(__file__).resolve().parents[1] / "data/results/"
+    rows = {r["reward"]: r for r in read_csv(Path(__file__).resolve().parents[1] / "research/tables/"
                                                                                   "ground_truth_substeps.csv")}
     setting = ["digit", "color", "position_flat", "size_half_max", "sharpness", "speck_free", "contrast", "realism"]
     moves = {k: float(rows[k]["d_com_s16x4_s4"]) for k in setting}
@@ -311,7 +311,7 @@ def test_committed_substeps_probe_sixteen_substeps_decide_every_reward_later_and
 
 
 def test_committed_shift_1_grid_moves_every_reward_earlier_together():
-    """`scripts/timing_cache.py record --shift 1` then `score ... --csv timing_shift1.csv` (README "Where the issue
+    """`research/probes/timing_cache.py record --shift 1` then `score ... --csv timing_shift1.csv` (README "Where the issue
     targets stand"): on a 6-step grid without the presets' time shift, colour and position are decided in the
     noisiest third, but so early that the latest reward, speck_free, is decided before column 2.5; the spread from
     the earliest to the latest setting reward stays below the 2 columns that the issue's outer thirds need, as it is
@@ -321,7 +321,7 @@ def test_committed_shift_1_grid_moves_every_reward_earlier_together():
     from recast.informativeness import gains_centre_of_mass
     from recast.io import read_csv
 
-    root = Path(__file__).resolve().parents[1] / "data/results"
+    root = Path(__file__).resolve().parents[1] / "research/tables"
     com1 = {r["name"]: float(r["com"]) for r in read_csv(root / "timing_shift1.csv")}
     gt = json.loads((root / "informativeness_base_256.json").read_text())["rollout"]
     com3 = dict(zip(gt["reward_names"], gains_centre_of_mass(torch.tensor(gt["gains"])).tolist()))
@@ -339,7 +339,7 @@ def _committed_grid_search(name: str):
 
     from recast.informativeness.timing import TimingCurve, feasible_grids, third_bounds
 
-    d = json.loads((Path(__file__).resolve().parents[1] / "data/results" / name).read_text())
+    d = json.loads((Path(__file__).resolve().parents[1] / "research/tables" / name).read_text())
     names = list(d["F"])
     curve = TimingCurve(np.array(d["sigma"]), np.array([d["F"][n] for n in names]))
     b = third_bounds(6)
@@ -349,7 +349,7 @@ def _committed_grid_search(name: str):
 
 
 def test_committed_grid_design_probe_only_a_degenerate_grid_meets_the_thirds():
-    """`scripts/grid_design_probe.py` (README "The grid round"): with the ground truth's curves pooled from the three
+    """`research/probes/grid_design_probe.py` (README "The grid round"): with the ground truth's curves pooled from the three
     stored batches, the centre of mass on any 6-step grid is a sum over its interior points. The search reproduces
     from the committed curve; the presets' grids meet no outer third; every grid on the lattice that meets all five
     designed thirds crowds its interior points into the middle noise levels and ends with one step of at least 0.5
@@ -400,7 +400,7 @@ def test_committed_grid_design_on_the_16_substep_curve_still_crowds_the_grid_and
             assert r["samples"][defect] > max(0.6, presets["samples"][defect]), (r["name"], defect)
 
 
-_script = load_script  # a script of ``scripts/`` imported as a module
+_script = load_script  # a script of ``research/probes/`` imported as a module
 
 
 def _subgrid_probe():
@@ -408,7 +408,7 @@ def _subgrid_probe():
 
 
 def test_richardson_recovers_the_limit_of_a_first_order_series_and_the_order_one_ratio_is_a_sixth():
-    """`scripts/subgrid_convergence_probe.py`: for D_n = D_∞ + c / n exactly, two sub-grids give D_∞ back, and the
+    """`research/probes/subgrid_convergence_probe.py`: for D_n = D_∞ + c / n exactly, two sub-grids give D_∞ back, and the
     step 16 → 32 is 1/6 of the step 4 → 16; a bad pair of sub-grids raises."""
     probe = _subgrid_probe()
     g = torch.Generator().manual_seed(0)
@@ -437,7 +437,7 @@ def test_subgrid_probe_centre_of_mass_of_D_matches_the_gains_form_over_batch_dim
 
 
 def test_committed_subgrid_probe_converges_for_the_attributes_and_mixes_samplers_for_the_textures():
-    """`scripts/subgrid_convergence_probe.py` (README "The sub-grid round"): one 128-prompt clean batch continued
+    """`research/probes/subgrid_convergence_probe.py` (README "The sub-grid round"): one 128-prompt clean batch continued
     with 4, 16 and 32 substeps. For the attribute rewards the continuations reproduce the clean batch at every
     sub-grid (|z| < 2), and 32 − 16 is within 0.05 columns and within 0.05 of what first order fitted on 4 and 16
     predicts: the series has settled. For the texture scores the 16- and 32-substep ends do not reproduce the
@@ -448,7 +448,7 @@ def test_committed_subgrid_probe_converges_for_the_attributes_and_mixes_samplers
 
     rows = {r["reward"]: {k: (v if k == "reward" else float("nan") if v in (None, "") else float(v))
                           for k, v in r.items()}
-            for r in read_csv(Path(__file__).resolve().parents[1] / "data/results/ground_truth_subgrid.csv")}
+            for r in read_csv(Path(__file__).resolve().parents[1] / "research/tables/ground_truth_subgrid.csv")}
     for r in rows.values():  # the columns are what their names say
         assert r["d_com_32_16"] == pytest.approx(r["com_s32"] - r["com_s16"], abs=1e-9)
         assert r["d_com_16_4"] == pytest.approx(r["com_s16"] - r["com_s4"], abs=1e-9)
@@ -479,7 +479,7 @@ def _figure02(gains_gt, gains_tw, rho, rho_gt, checks=0.0, sigmas=(1.0, 0.5, 0.0
 
 
 def test_figure02_subgrid_compare_reads_centres_lags_and_checks_of_both_figures():
-    """`scripts/figure02_subgrid_compare.py`: centres of mass of the gains (closed form on two columns), tweedie's lag
+    """`research/probes/figure02_subgrid_compare.py`: centres of mass of the gains (closed form on two columns), tweedie's lag
     behind the ground truth, the move from 4 to 16 substeps, and the notebook's ρ and checks passed through; two
     figures on other rewards or grids, or without a second batch, are refused."""
     cmp = _script("figure02_subgrid_compare")
@@ -505,7 +505,7 @@ def test_figure02_subgrid_compare_reads_centres_lags_and_checks_of_both_figures(
 
 def test_committed_figure_02_at_16_substeps_is_consistent_and_what_it_says_holds():
     """Figure 02 re-drawn with 16 substeps for the clean batch and the continuations (README "The settled sub-grid
-    round"; `scripts/figure02_subgrid_compare.py`), as it was drawn then, with contrast in quality
+    round"; `research/probes/figure02_subgrid_compare.py`), as it was drawn then, with contrast in quality
     (`informativeness_base_256_s16_contrast.json`; the realism-size round re-drew it from the same ends with wash_free,
     `test_committed_figure_02_with_wash_free_...` below). The committed comparison CSV is what `compare` gives on the
     two committed figures. One sampler throughout passes the ground truth's checks in both batches (data-processing
@@ -519,7 +519,7 @@ def test_committed_figure_02_at_16_substeps_is_consistent_and_what_it_says_holds
     from recast.informativeness import gains_centre_of_mass
     from recast.io import read_csv
 
-    root = Path(__file__).resolve().parents[1] / "data/results"
+    root = Path(__file__).resolve().parents[1] / "research/tables"
     old, new = (json.loads((root / f).read_text()) for f in ("informativeness_base_256.json",
                                                              "informativeness_base_256_s16_contrast.json"))
     assert new["parameters"]["substeps"] == 16 and new["parameters"]["num_prompts"] == 256
@@ -554,10 +554,10 @@ def test_committed_figure_02_at_16_substeps_is_consistent_and_what_it_says_holds
 
 
 def test_timing_cache_records_any_world_folder_names_it_in_the_meta_and_refuses_a_missing_one(tmp_path):
-    """`scripts/timing_cache.py record --world DIR` draws from that model folder (the tile probe's fine-tunes) and
-    stores ``meta["world"]``, which `scripts/tile_timing_probe.py timing` reports beside each row; a folder without
+    """`research/probes/timing_cache.py record --world DIR` draws from that model folder (the tile probe's fine-tunes) and
+    stores ``meta["world"]``, which `research/probes/tile_timing_probe.py timing` reports beside each row; a folder without
     a world is refused before any model is loaded."""
-    from recast.digits.world import save_world, tiny_world
+    from recast.worlds.digits.model import save_world, tiny_world
     from recast.informativeness.ends import RolloutEnds
 
     cache, probe = _script("timing_cache"), _script("tile_timing_probe")
@@ -576,11 +576,11 @@ def test_timing_cache_records_any_world_folder_names_it_in_the_meta_and_refuses_
 
 
 def test_tile_probe_wrong_canvases_are_wrong_on_exactly_the_reward_attribute_or_defect():
-    """`scripts/tile_timing_probe.py`'s negatives: another colour scores < 0.1 on colour and keeps the quadrant; another
+    """`research/probes/tile_timing_probe.py`'s negatives: another colour scores < 0.1 on colour and keeps the quadrant; another
     quadrant scores ~0 on position and keeps the colour; a blurred canvas is less sharp than its own correct canvas,
     on every tile level."""
-    from recast.digits import data
-    from recast.digits.rewards import get
+    from recast.worlds.digits import data
+    from recast.worlds.digits.rewards import get
 
     probe = _script("tile_timing_probe")
     prompts = data.sample_prompts(32, generator=torch.Generator().manual_seed(5))
@@ -606,7 +606,7 @@ def test_committed_wash_free_timing_is_scored_on_figure_02s_first_batch():
     from recast.informativeness import gains_centre_of_mass
     from recast.io import read_csv
 
-    root = Path(__file__).resolve().parents[1] / "data/results"
+    root = Path(__file__).resolve().parents[1] / "research/tables"
     gt = json.loads((root / "informativeness_base_256_s16_contrast.json").read_text())["rollout"]
     figure = dict(zip(gt["reward_names"], gains_centre_of_mass(torch.tensor(gt["gains"])).tolist()))
     rows = {r["name"]: r for r in read_csv(root / "timing_wash_free_s16.csv")}
@@ -638,7 +638,7 @@ def test_committed_figure_02_with_wash_free_is_the_contrast_figure_with_one_row_
     from recast.informativeness import gains_centre_of_mass
     from recast.io import read_csv
 
-    root = Path(__file__).resolve().parents[1] / "data/results"
+    root = Path(__file__).resolve().parents[1] / "research/tables"
     old, new, k = _figure_with_one_row_changed("informativeness_base_256_s16_contrast.json",
                                                "informativeness_base_256_s16_realism.json", "contrast", "wash_free")
     coms = {}
@@ -692,13 +692,13 @@ def test_committed_figure_02_with_realism_centred_is_the_realism_figure_with_one
 
 
 def _figure_with_one_row_changed(old_file: str, new_file: str, old_name: str, new_name: str):
-    """Two committed figure-02 JSONs under data/results drawn from the same stored ends, the second with reward
+    """Two committed figure-02 JSONs under research/tables drawn from the same stored ends, the second with reward
     ``new_name`` in ``old_name``'s row: checks that every other row's profiles, bands, gains and checks, of both
     estimators and both batches, are equal, and returns (old, new, the changed row's index). The noise share is
     not compared: it reads every row's mean profile, so it moves."""
     import json
 
-    root = Path(__file__).resolve().parents[1] / "data/results"
+    root = Path(__file__).resolve().parents[1] / "research/tables"
     old, new = (json.loads((root / f).read_text()) for f in (old_file, new_file))
     assert new["parameters"] == old["parameters"]
     names = old["rollout"]["reward_names"]

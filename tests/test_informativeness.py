@@ -302,7 +302,7 @@ def test_noise_share_is_one_for_pure_noise_and_small_for_clear_profiles():
 
 def test_noise_share_reads_every_row_through_the_common_profile():
     """γ_k is measured against q̄, the mean profile of all live rows, so changing one row's gains moves every other
-    row's noise share, while repeating the call changes nothing. This is why `scripts/verdict_timing_probe.py`'s
+    row's noise share, while repeating the call changes nothing. This is why `research/probes/verdict_timing_probe.py`'s
     noise-share column moved in the third decimal when only the blur verdict's row changed (the peak-clipping round):
     not run-to-run noise, the common profile."""
     from recast.informativeness import profile_noise_share

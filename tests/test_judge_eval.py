@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from recast.config import preset
-from recast.judge_eval import draw_seeds, evaluate_sweep, load_policy, pairwise, sample_policy
-from recast.sweep import SweepRun
+from recast.experiments.judge_eval import draw_seeds, evaluate_sweep, load_policy, pairwise, sample_policy
+from recast.experiments.sweep import SweepRun
 from recast.trainer import train
 from recast.trainer.evaluation import EVAL_SEED_OFFSET
 from recast.trainer.metrics import load_run
@@ -148,8 +148,8 @@ def test_seed_level_win_rate_has_the_t_interval_of_the_seed_rates():
 
 
 def test_judge_runs_feed_the_paired_tables_at_the_evaluations_sample_count():
-    from recast.judge_eval import judge_runs
-    from recast.sweep_results import compare, training_change
+    from recast.experiments.judge_eval import judge_runs
+    from recast.experiments.sweep_results import compare, training_change
 
     rows = []
     for seed, (rc, un) in enumerate([(40, 38), (42, 39), (44, 40)]):  # strict passes out of 64
@@ -171,7 +171,7 @@ def test_judge_runs_feed_the_paired_tables_at_the_evaluations_sample_count():
 
 
 def test_sample_test_prompts_cycles_the_test_split_and_matches_sample_policy(tmp_path):
-    from recast.judge_eval import sample_test_prompts
+    from recast.experiments.judge_eval import sample_test_prompts
 
     train(preset("ci", iterations=1, eval_every=0), tmp_path)
     p = load_policy(tmp_path, "base")
@@ -185,14 +185,14 @@ def test_sample_test_prompts_cycles_the_test_split_and_matches_sample_policy(tmp
 
 
 def test_committed_pairwise_probe_reproduces_notebook_06_and_locates_quality_s_loss():
-    """scripts/pairwise_probe.py re-sampled notebook 06's 1,024-sample quality draws: its win rates are notebook 06's
+    """research/probes/pairwise_probe.py re-sampled notebook 06's 1,024-sample quality draws: its win rates are notebook 06's
     seed rates, its split adds up, and the README's reading holds: the loss to uniform is decided by the quality
     distance, not by the attribute count, and by differences far smaller than the gap to real canvases."""
     from pathlib import Path
 
     from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "research" / "tables"
     rows = read_csv(results / "pairwise_probe_quality.csv")
     nb06 = {r["budget"]: [float(x) for x in r["seed_rates"].split()] for r in read_csv(results / "judge_eval_1024.csv")
             if r["setting"] == "quality" and r["baseline"] == "uniform"}
@@ -238,7 +238,7 @@ def test_committed_quality_ablations_lean_further_to_uniform():
 
     from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "research" / "tables"
     full = [r for r in read_csv(results / "pairwise_probe_quality.csv") if r["policy"] == "recast vs uniform"]
     for name in ("norealism", "nocontrast"):
         rows = read_csv(results / f"pairwise_probe_quality_{name}.csv")
@@ -259,7 +259,7 @@ def test_committed_quality_ablations_lean_further_to_uniform():
 
 
 def test_committed_fixed_w_control_reads_as_the_readme_says():
-    """scripts/fixed_w_runs.py trained method=fixed at ReCAST's time-averaged W (quality, uniform and sharpness-heavy
+    """research/probes/fixed_w_runs.py trained method=fixed at ReCAST's time-averaged W (quality, uniform and sharpness-heavy
     budgets, seeds 0-2). The README reads: its Fréchet distance beats uniform's in every seed, as ReCAST's does, and
     sits near ReCAST's; it loses the pairwise judge to uniform in the uniform budget, ties it in sharpness-heavy,
     and there is preferred to ReCAST in every seed."""
@@ -267,7 +267,7 @@ def test_committed_fixed_w_control_reads_as_the_readme_says():
 
     from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "research" / "tables"
     vs_uniform = read_csv(results / "pairwise_probe_quality_fixed.csv")
     vs_recast = read_csv(results / "pairwise_probe_quality_fixed_vs_recast.csv")
     full = read_csv(results / "pairwise_probe_quality.csv")
@@ -293,7 +293,7 @@ def test_committed_fixed_w_control_reads_as_the_readme_says():
 
 
 def test_committed_compose_fixed_w_control_beats_uniform_and_ties_recast():
-    """scripts/fixed_w_runs.py compose --budgets uniform --evaluate: its ReCAST - uniform rows are notebook 06's at
+    """research/probes/fixed_w_runs.py compose --budgets uniform --evaluate: its ReCAST - uniform rows are notebook 06's at
     1,024 samples (same runs, same draws), and the fixed W at ReCAST's time-averaged W wins strict, colour, the Fréchet
     distance and the pairwise judge against uniform while tying ReCAST on every judge (the README's table); over all
     six budgets (three of them re-trained on another machine) the tallies of the README's second table."""
@@ -301,7 +301,7 @@ def test_committed_compose_fixed_w_control_beats_uniform_and_ties_recast():
 
     from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "research" / "tables"
     rows = read_csv(results / "fixed_w_compose_compare.csv")
     nb06 = {r["metric"]: r for r in read_csv(results / "judge_eval_1024_compare.csv")
             if (r["setting"], r["budget"], r["method"], r["baseline"]) == ("compose", "uniform", "recast", "uniform")}
@@ -353,7 +353,7 @@ def test_committed_compose_fixed_w_control_beats_uniform_and_ties_recast():
 
 
 def test_committed_profile_w_control_reads_as_the_readme_says():
-    """scripts/fixed_w_runs.py --w-from profile.json: compose, uniform budget, a W profiled once on the base model
+    """research/probes/fixed_w_runs.py --w-from profile.json: compose, uniform budget, a W profiled once on the base model
     (tweedie at 64 samples; the ground truth at 256) beats uniform on strict and loses no attribute judge; against
     ReCAST only the README's cells differ; its ReCAST - uniform rows are notebook 06's verdicts. The tweedie profile
     also in digit-heavy (every judge ties) and position_flat-heavy (blur wins against both, digit loses to ReCAST)."""
@@ -361,7 +361,7 @@ def test_committed_profile_w_control_reads_as_the_readme_says():
 
     from recast.io import read_csv
 
-    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    results = Path(__file__).resolve().parents[1] / "research" / "tables"
     nb06 = {r["metric"]: r["verdict"] for r in read_csv(results / "judge_eval_1024_compare.csv")
             if (r["setting"], r["budget"], r["method"], r["baseline"]) == ("compose", "uniform", "recast", "uniform")}
     against_recast = {"tweedie64": {"win": ["judge/defect_blur"], "loss": []},

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from recast.digits import judges
-from recast.digits import data
-from recast.digits.rewards.degrade import degrade
+from recast.worlds.digits import judges
+from recast.worlds.digits import data
+from recast.worlds.digits.rewards.degrade import degrade
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Closed-form checks of the NFT and GRPO losses (RECAST.md §4)."""
+"""Closed-form checks of the NFT and GRPO losses (docs/method.md §4)."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""The palettes a digit world can be drawn in (`recast.digits.data.PALETTES`): the equal-energy palette probe.
+"""The palettes a digit world can be drawn in (`recast.worlds.digits.data.PALETTES`): the equal-energy palette probe.
 
 Closed-form checks of the palettes themselves, of the colour reward's and judges' reading of real canvases in each,
 that the default world is unchanged bit for bit, and that a world carries its palette through save, load and
@@ -10,11 +10,11 @@ import math
 import pytest
 import torch
 
-from recast.digits import data
-from recast.digits.judges.attributes import judge_attributes
-from recast.digits.pretrain import PretrainConfig, pretrain
-from recast.digits.rewards.digit import color_reward, ink_color
-from recast.digits.world import load_world, save_world, tiny_world
+from recast.worlds.digits import data
+from recast.worlds.digits.judges.attributes import judge_attributes
+from recast.worlds.digits.pretrain import PretrainConfig, pretrain
+from recast.worlds.digits.rewards.digit import color_reward, ink_color
+from recast.worlds.digits.model import load_world, save_world, tiny_world
 
 
 def test_every_palette_has_a_max_channel_of_one_and_the_vocabulary_s_names():
@@ -116,7 +116,7 @@ def test_pretraining_draws_in_its_palette_saves_it_and_restores_the_caller_s(tmp
 
 
 def test_the_command_line_refuses_an_unknown_palette_before_any_compute(tmp_path, monkeypatch):
-    import recast.digits.pretrain as pt
+    import recast.worlds.digits.pretrain as pt
 
     monkeypatch.setattr(pt, "pretrain", lambda *a, **k: pytest.fail("trained despite a bad --palette"))
     with pytest.raises(SystemExit):
@@ -125,7 +125,7 @@ def test_the_command_line_refuses_an_unknown_palette_before_any_compute(tmp_path
 
 def test_the_preference_judge_s_real_references_follow_the_palette():
     """The pairwise judge caches its real canvases' features; a second palette in the same process gets its own."""
-    from recast.digits.judges import preference
+    from recast.worlds.digits.judges import preference
 
     prompts = data.sample_prompts(3, generator=torch.Generator().manual_seed(9))
     primary = preference._reference_features(prompts)
@@ -137,12 +137,12 @@ def test_the_preference_judge_s_real_references_follow_the_palette():
 
 @pytest.mark.parametrize("name", list(data.PALETTES))
 def test_the_drawn_colour_probe_reads_real_canvases_in_either_palette(name):
-    """`scripts/alone_colour_probe.drawn_colour`, which `position_colour_probe` groups samples by, returns the colour a
+    """`research/probes/alone_colour_probe.drawn_colour`, which `position_colour_probe` groups samples by, returns the colour a
     real canvas is drawn in, in either palette, even with the prompt asking for another."""
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "research" / "probes"))
     from alone_colour_probe import drawn_colour
 
     prompts = data.sample_prompts(64, generator=torch.Generator().manual_seed(2))

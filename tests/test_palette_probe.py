@@ -1,4 +1,4 @@
-"""The palette round (README "The palette round"): the equal-energy world `data/probe_equal_energy`, its audit, where
+"""The palette round (README "The palette round"): the equal-energy world `research/worlds/probe_equal_energy`, its audit, where
 its base model settles each colour's quadrant, and what position_flat alone does to colour there. Each committed
 table is re-derived where CI can afford it, and read for exactly what the README says of it."""
 
@@ -14,8 +14,8 @@ import pytest
 from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "data" / "results"
-WORLD = ROOT / "data" / "probe_equal_energy"
+RESULTS = ROOT / "research" / "tables"
+WORLD = ROOT / "research" / "worlds" / "probe_equal_energy"
 
 
 def _probe_rows(name: str) -> dict[tuple[str, str], dict]:
@@ -27,10 +27,10 @@ def _probe_rows(name: str) -> dict[tuple[str, str], dict]:
 def test_the_palette_world_s_audit_is_reproduced_and_what_the_readme_reads_from_it():
     """256 test prompts, ODE 10 steps, seed 0, as the committed base's audit. Every band holds but speckle (0.195,
     just under 0.2); of the setting rewards' agreements digit (0.795) and realism_centred (0.714) fall under 0.8."""
-    from recast.digits import data
-    from recast.digits.audit import audit_world, out_of_band
-    from recast.digits.rewards import SETTINGS
-    from recast.digits.world import load_world
+    from recast.worlds.digits import data
+    from recast.worlds.digits.audit import audit_world, out_of_band
+    from recast.worlds.digits.rewards import SETTINGS
+    from recast.worlds.digits.model import load_world
 
     world = load_world(WORLD)
     assert world.palette == "equal_energy" and data.palette_name() == "equal_energy"
@@ -52,7 +52,7 @@ def test_the_measurement_is_colour_blind_in_the_equal_energy_palette_and_was_not
     probe's palette: the position judge passes every canvas and position_flat differs by colour by under 0.001. In
     the primary palette yellow's real canvases score 0.011 higher than the others (the max over two noisy inked
     channels), so the measurement itself leaned to yellow a little there."""
-    from recast.digits import data
+    from recast.worlds.digits import data
 
     probe = load_script("position_colour_probe")
     with data.palette("equal_energy"):
@@ -71,7 +71,7 @@ def test_the_measurement_is_colour_blind_in_the_equal_energy_palette_and_was_not
 
 
 def _drawn(name: str) -> dict[str, dict[str, float]]:
-    """policy -> its row of a committed `scripts/alone_colour_probe.py` table."""
+    """policy -> its row of a committed `research/probes/alone_colour_probe.py` table."""
     with open(RESULTS / name, newline="") as f:
         return {r["policy"]: {k: float(v) for k, v in r.items() if k != "policy"} for r in csv.DictReader(f)}
 
@@ -128,7 +128,7 @@ def test_the_placebo_runs_are_machine_dependent_and_position_flat_s_are_not():
 
 
 def test_committed_drawn_colours_the_yellow_collapse_weakens_in_the_equal_energy_palette():
-    """`scripts/alone_colour_probe.py` on the four sets of runs (256 test prompts, one noise for every policy):
+    """`research/probes/alone_colour_probe.py` on the four sets of runs (256 test prompts, one noise for every policy):
     position_flat alone draws yellow in 0.54 of samples on average on the committed world (base 0.28; every seed
     above 0.37) and 0.35 on the palette world (base 0.23; seeds 1 and 2 above 0.45, seeds 0 and 4 at the base's
     share). The placebos stay within 0.05 of their base's yellow share on average."""
@@ -172,11 +172,11 @@ def test_committed_model_rows_equal_energy_removes_most_of_the_settling_spread()
 
 
 def test_committed_pooled_table_position_flat_passes_on_512_samples_and_the_placebo_fails_on_colour():
-    """The palette world's runs on two draws of 256 pooled (`scripts/alone_draws.py`): position_flat passes the rule
+    """The palette world's runs on two draws of 256 pooled (`research/probes/alone_draws.py`): position_flat passes the rule
     (colour -0.023 +- 0.034), the placebo still fails on colour (-0.029 +- 0.023), and against the placebo
     position_flat's colour is a tie centred near zero. The committed world's pooled table fails position_flat, while
     against the placebo it calls only speck_free's blur worse."""
-    from recast.alone import alone_table, pool_draws
+    from recast.experiments.alone import alone_table, pool_draws
     from recast.io import read_csv
     from tests.test_alone import _verdicts, _vs_placebo, _worse_judges
 

@@ -1,4 +1,4 @@
-"""`scripts/position_colour_probe.py` (README "Position's colour cost, by drawn colour"): its helpers on canvases
+"""`research/probes/position_colour_probe.py` (README "Position's colour cost, by drawn colour"): its helpers on canvases
 with a known answer, the committed table's real-canvas rows re-derived, and what the README reads from its model
 rows."""
 
@@ -16,12 +16,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _rows() -> list[dict]:
-    with open(ROOT / "data" / "results" / "position_colour_probe.csv", newline="") as f:
+    with open(ROOT / "research" / "tables" / "position_colour_probe.csv", newline="") as f:
         return list(csv.DictReader(f))
 
 
 def test_quadrant_of_real_canvases_is_the_prompted_one_and_an_empty_canvas_has_none():
-    from recast.digits import data
+    from recast.worlds.digits import data
 
     probe = load_script("position_colour_probe")
     images, prompts = data.sample_batch(64, generator=torch.Generator().manual_seed(3))
@@ -31,7 +31,7 @@ def test_quadrant_of_real_canvases_is_the_prompted_one_and_an_empty_canvas_has_n
 
 
 def test_settled_step_is_the_start_of_the_last_run_of_agreement():
-    from recast.digits import data
+    from recast.worlds.digits import data
 
     probe = load_script("position_colour_probe")
     spec = [data.PromptSpec(1, "red", p, "small") for p in data.POSITIONS]

@@ -2,7 +2,7 @@
 
 import torch
 
-from recast.digits.pretrain import PretrainConfig, pretrain, sample_sigmas
+from recast.worlds.digits.pretrain import PretrainConfig, pretrain, sample_sigmas
 
 TINY = dict(preset="tiny", batch_size=8, num_threads=1, warmup_steps=2, decay_steps=0, log_every=1, progress=False)
 
@@ -40,7 +40,7 @@ def test_sigma_sampling_in_unit_interval():
 
 
 def test_lr_schedule_warms_up_holds_and_cools_down():
-    from recast.digits.pretrain import _lr_factor
+    from recast.worlds.digits.pretrain import _lr_factor
 
     cfg = PretrainConfig(steps=100, warmup_steps=10, decay_steps=40)
     f = [_lr_factor(s, cfg) for s in range(100)]
@@ -54,7 +54,7 @@ def test_the_tile_reaches_the_training_canvases_and_a_bad_tile_fails_before_any_
     history, and ``--tile`` outside [0, 1) is refused by the command line before a world is built."""
     import pytest
 
-    import recast.digits.pretrain as pt
+    import recast.worlds.digits.pretrain as pt
 
     plain, _ = pretrain(PretrainConfig(steps=2, **TINY))
     tiled, history = pretrain(PretrainConfig(steps=2, tile=0.3, **TINY))

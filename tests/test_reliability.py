@@ -80,7 +80,7 @@ def test_cuda_without_a_gpu_is_refused(tmp_path):
 
 
 def test_missing_judge_weights_are_refused_before_compute(tmp_path, monkeypatch):
-    import recast.digits.judges.features as features
+    import recast.worlds.digits.judges.features as features
 
     monkeypatch.setattr(features, "WEIGHTS_PATH", tmp_path / "judge_features.safetensors")
     with pytest.raises(FileNotFoundError, match="judge weights .* are missing"):
@@ -106,7 +106,7 @@ def test_booleans_parse_strictly(text, value):
     ("lr", "expected FIELD=VALUE"),
 ])
 def test_bad_set_values_name_the_field(tmp_path, capsys, arg, msg):
-    from recast.__main__ import main
+    from recast.cli import main
 
     with pytest.raises(SystemExit) as exc:
         main(["train", "--preset", "ci", "--out", str(tmp_path / "run"), "--set", arg])
@@ -128,7 +128,7 @@ def test_bad_set_values_name_the_field(tmp_path, capsys, arg, msg):
     (["demo", "--preset", "ci", "--methods", "recast,magic"], "--methods"),
 ])
 def test_cli_errors_exit_2_naming_the_option(tmp_path, capsys, argv, msg):
-    from recast.__main__ import main
+    from recast.cli import main
 
     assert main([*argv, "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
@@ -250,7 +250,7 @@ def test_checkpoint_loads_weights_only_and_holds_only_plain_data(tmp_path, done_
 
 
 def _world_dir(tmp_path) -> Path:
-    from recast.digits.world import save_world, tiny_world
+    from recast.worlds.digits.model import save_world, tiny_world
 
     return save_world(tiny_world(0), tmp_path / "world")
 

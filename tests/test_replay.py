@@ -9,7 +9,7 @@ import torch
 
 from recast.config import preset
 from recast.trainer import Trainer, load_run
-from recast.trainer.advantages import STD_EPS, group_advantages
+from recast.advantages import STD_EPS, group_advantages
 from recast.io import write_json
 from recast.trainer.checkpoint import check_plain, check_resume_config
 from recast.trainer.replay import (ReplayBuffer, draw, group_offsets, informativeness_weights, priorities,

@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from recast import replay_eval as rv
+from recast.experiments import replay_eval as rv
 from recast.io import write_json
 
 

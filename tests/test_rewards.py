@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-import recast.digits.rewards as rewards
-from recast.digits import data
-from recast.digits.rewards import digit as R_digit
-from recast.digits.rewards.degrade import KINDS, degrade, random_degrade
+import recast.worlds.digits.rewards as rewards
+from recast.worlds.digits import data
+from recast.worlds.digits.rewards import digit as R_digit
+from recast.worlds.digits.rewards.degrade import KINDS, degrade, random_degrade
 
 N = 48
 
@@ -40,12 +40,19 @@ def _other(values, v):
 
 
 def test_registry_names_settings_and_unknown():
-    in_no_setting = {"placebo", "position", "size", "clean", "clean_mass", "contrast", "contrast_flat",
-                     "speck_free_abs", "realism", "realism_canonical", "realism_conditional",
-                     "sharpness_steep",
-                     "sharpness_steep_hinged"} | set(rewards.ORACLE_VERDICTS)
-    assert set(rewards.names()) == {n for s in rewards.SETTINGS.values() for n in s} | in_no_setting
-    assert not set(rewards.ORACLE_VERDICTS) & {n for s in rewards.SETTINGS.values() for n in s}  # controls only
+    candidates = {"position", "size", "clean", "clean_mass", "contrast", "contrast_flat", "speck_free_abs", "realism",
+                  "realism_canonical", "realism_conditional", "sharpness_steep", "sharpness_steep_hinged"}
+    controls = {"placebo"} | set(rewards.ORACLE_VERDICTS)
+    in_settings = {n for s in rewards.SETTINGS.values() for n in s}
+    # the settings train exactly the rewards; candidates and controls stay trainable by name but are in no setting
+    assert set(rewards.names("reward")) == in_settings
+    assert set(rewards.names("candidate")) == candidates and set(rewards.names("control")) == controls
+    assert rewards.names() == rewards.names("reward") + rewards.names("candidate") + rewards.names("control")
+    assert [rewards.kind(n) for n in ("color", "clean", "oracle_digit")] == ["reward", "candidate", "control"]
+    with pytest.raises(ValueError, match="unknown reward kind"):
+        rewards.names("retired")
+    with pytest.raises(ValueError, match="unknown reward 'aesthetic'"):
+        rewards.kind("aesthetic")
     assert rewards.SETTINGS["compose"] == ("digit", "color", "position_flat", "size_half_max", "sharpness")
     assert rewards.SETTINGS["quality"] == ("sharpness", "speck_free", "wash_free", "realism_centred")
     assert rewards.SETTINGS["timing"] == ("color", "speck_free")
@@ -82,7 +89,7 @@ def test_real_canvases_score_high(batch, fns):
 
 
 def test_position_flat_is_one_within_its_dead_zone_and_position_shifted_beyond(batch, fns):
-    from recast.digits.rewards.digit import _position_distance, position_dead_zone
+    from recast.worlds.digits.rewards.digit import _position_distance, position_dead_zone
 
     images, prompts, _ = batch
     r0 = position_dead_zone()
@@ -92,7 +99,7 @@ def test_position_flat_is_one_within_its_dead_zone_and_position_shifted_beyond(b
     assert (flat[d <= r0] == 1).all() and (flat >= pos).all()
     assert (flat == 1).float().mean() > 0.9  # real canvases; the old reward takes ~0.1 off for jitter
     # beyond the dead zone it is position's Gaussian of the distance less r0: shift a glyph 6 px off its centre
-    from recast.digits.rewards.digit import POSITION_WIDTH
+    from recast.worlds.digits.rewards.digit import POSITION_WIDTH
 
     moved = torch.roll(images, shifts=6, dims=3)
     dm = _position_distance(moved, prompts)
@@ -173,7 +180,7 @@ def test_prompt_count_must_match(batch, fns):
 
 
 def test_size_reward_is_a_saturating_soft_verdict():
-    from recast.digits.rewards.digit import _size_threshold, ink_side, size_reward
+    from recast.worlds.digits.rewards.digit import _size_threshold, ink_side, size_reward
 
     gen = torch.Generator().manual_seed(4)
     specs = [data.PromptSpec(d, "green", "bottom right", s) for s in data.SIZES for d in data.DIGITS for _ in range(4)]
@@ -193,8 +200,8 @@ def test_size_reward_is_a_saturating_soft_verdict():
 
 
 def test_size_half_max_reads_the_half_maximum_extent_which_blur_leaves_in_place():
-    from recast.digits.rewards.degrade import gaussian_blur
-    from recast.digits.rewards.digit import _size_threshold, ink_side, size_half_max_reward, size_reward
+    from recast.worlds.digits.rewards.degrade import gaussian_blur
+    from recast.worlds.digits.rewards.digit import _size_threshold, ink_side, size_half_max_reward, size_reward
 
     gen = torch.Generator().manual_seed(4)
     specs = [data.PromptSpec(d, "green", "bottom right", s) for s in data.SIZES for d in data.DIGITS for _ in range(4)]
@@ -225,7 +232,7 @@ def test_size_half_max_reads_the_half_maximum_extent_which_blur_leaves_in_place(
 
 
 def test_sharpness_is_the_relative_edge_slope_with_a_closed_form_on_squares():
-    from recast.digits.rewards.digit import SHARPNESS_INK_MASS, SHARPNESS_SLOPE, sharpness_reward
+    from recast.worlds.digits.rewards.digit import SHARPNESS_INK_MASS, SHARPNESS_SLOPE, sharpness_reward
 
     # a k x k square of height h on black: every edge is one full step, so slope = 1 at any h; the ink mass is k^2 h
     x = torch.zeros(3, 3, data.CANVAS, data.CANVAS)
@@ -315,7 +322,7 @@ def test_speck_mass_counts_isolated_specks_and_keeps_them_under_blur():
     level); after a blur of 0.75 px it still counts 0.69 of the speck (the windows around it keep 59-94 % of its
     mass), while the per-pixel count of `stray_ink` loses it (the peak drops to 0.28 of the amplitude, below the 0.4
     level); a speck below the level does not count."""
-    from recast.digits.rewards.degrade import gaussian_blur
+    from recast.worlds.digits.rewards.degrade import gaussian_blur
 
     canvases = _specks_on_black([[(5, 5)], [(5, 5), (5, 20), (20, 20)], []])
     torch.testing.assert_close(R_digit.speck_mass(canvases), torch.tensor([1.0, 3.0, 0.0]), atol=0.02, rtol=0)
@@ -331,7 +338,7 @@ def test_clean_mass_forgets_fewer_of_the_specks_that_blur_hides_from_clean(batch
     the gradient towards blur that a policy trained on clean follows. `clean_mass` averages that count with the mass
     count, which keeps about 0.69 of each speck, so its count falls by about two thirds as much (0.5 + 0.5 * 0.31)
     and its reward gains less; on a speck-free real canvas neither pays for the blur."""
-    from recast.digits.rewards.degrade import gaussian_blur
+    from recast.worlds.digits.rewards.degrade import gaussian_blur
 
     images, prompts, _ = batch
     speckled = images.clone()
@@ -355,8 +362,8 @@ def test_isolated_specks_closed_forms():
     """An isolated speck counts once, as a 3x3 window of ink with a dark ring, whatever else lies beyond the ring; a
     stroke, its ends included, counts 0; levels are shares of the canvas' peak, so a dimmer canvas counts the same;
     a blur keeps a speck (its window keeps the mass), where a count of bright pixels loses it."""
-    from recast.digits.rewards.degrade import gaussian_blur
-    from recast.digits.rewards.specks import isolated_specks
+    from recast.worlds.digits.rewards.degrade import gaussian_blur
+    from recast.worlds.digits.rewards.specks import isolated_specks
 
     lone = _specks_on_black([[(5, 5)], [(5, 5), (5, 20), (20, 20)], [], [(5, 5), (5, 6)], [(5, 5), (5, 7)]])
     # two touching pixels are one spot that nine windows read as 4/3 specks; two pixels 2 apart, one spot
@@ -381,7 +388,7 @@ def test_isolated_specks_closed_forms():
 def test_speck_free_scores_real_glyphs_high_and_each_speck_down(batch, fns):
     """Real canvases score ~1 whatever their glyph (strokes are never isolated); each added lone speck costs a factor
     exp(-1 / SPECK_COUNT); an empty canvas scores 0 (the hinge), a brightness change of the glyph nothing."""
-    from recast.digits.rewards.specks import SPECK_COUNT
+    from recast.worlds.digits.rewards.specks import SPECK_COUNT
 
     images, prompts, _ = batch
     fn = fns["speck_free"]
@@ -420,7 +427,7 @@ def test_sharpness_does_not_pay_for_stray_specks(batch, fns):
     """A speck is a steep edge of its own: before the glyph-only round two far specks raised sharpness on 99.6 % of
     base-model samples by +0.15. The slope now leaves out isolated specks, so they move a real glyph's score by
     almost nothing, while a real canvas scores what it did (its speck mask is empty)."""
-    from recast.digits.rewards.specks import speck_mask
+    from recast.worlds.digits.rewards.specks import speck_mask
 
     images, prompts, _ = batch
     sharp = fns["sharpness"]
@@ -438,8 +445,8 @@ def test_speck_free_abs_counts_a_speck_by_its_own_brightness_not_the_glyphs():
     exactly exp(-bright(a) / SPECK_COUNT), however bright the stroke. speck_free reads them as shares of the
     canvas' peak, so the same speck beside a brighter stroke counts less (the route by which, trained alone, it
     brightens the glyph). A blur keeps most of a speck either way, and a stroke counts 0."""
-    from recast.digits.rewards.degrade import gaussian_blur
-    from recast.digits.rewards.specks import SPECK_COUNT, SPECK_LEVEL, _soft_above
+    from recast.worlds.digits.rewards.degrade import gaussian_blur
+    from recast.worlds.digits.rewards.specks import SPECK_COUNT, SPECK_LEVEL, _soft_above
 
     abs_fn, rel_fn = rewards.get("speck_free_abs")("cpu"), rewards.get("speck_free")("cpu")
 
@@ -466,9 +473,9 @@ def test_sharpness_steep_closed_forms_and_blur(batch, fns):
     """steep_slope is the |g|^3-weighted mean step as a share of the peak: 1 for a step edge of any height, exactly
     1 / w for a linear ramp of w steps, 0 on an empty canvas, the same under a wash; on real canvases a blur lowers
     sharpness_steep on every sample, and more than it lowers sharpness."""
-    from recast.digits.rewards.degrade import gaussian_blur
-    from recast.digits.rewards.digit import above_background
-    from recast.digits.rewards.steep import steep_slope
+    from recast.worlds.digits.rewards.degrade import gaussian_blur
+    from recast.worlds.digits.rewards.digit import above_background
+    from recast.worlds.digits.rewards.steep import steep_slope
 
     square = torch.zeros(1, 3, 24, 24)
     square[:, :, 6:14, 6:14] = 0.7
@@ -495,8 +502,8 @@ def test_sharpness_steep_hinged_scales_the_faint_and_keeps_the_rest(batch, fns):
     is scale-free), where sharpness_steep's soft gate still pays about 1 - exp(-mass / 2); an empty canvas scores 0.
     A peak floor reads the steps against max(peak, floor): a square of height h < floor scores h / floor, and floor 0
     is steep_slope itself on real canvases."""
-    from recast.digits.rewards.digit import above_background
-    from recast.digits.rewards.steep import STEEP_INK_HINGE, steep_slope
+    from recast.worlds.digits.rewards.digit import above_background
+    from recast.worlds.digits.rewards.steep import STEEP_INK_HINGE, steep_slope
 
     hinged = fns["sharpness_steep_hinged"]
     p = ["a small red 1 at the top left"]
@@ -519,12 +526,12 @@ def test_sharpness_steep_hinged_scales_the_faint_and_keeps_the_rest(batch, fns):
 
 
 def test_steep_guard_probe_scores_the_registered_rewards_it_names(batch, fns):
-    """scripts/steep_guard_probe.py's guard rows are the rewards their names say: the soft gate is sharpness_steep
+    """research/probes/steep_guard_probe.py's guard rows are the rewards their names say: the soft gate is sharpness_steep
     and hinge 8 is sharpness_steep_hinged, bit for bit on real canvases, so its committed table describes them."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "steep_guard_probe.py"
+    path = Path(__file__).resolve().parents[1] / "research" / "probes" / "steep_guard_probe.py"
     spec = importlib.util.spec_from_file_location("steep_guard_probe", path)
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
@@ -543,9 +550,9 @@ def test_steep_guard_probe_texture_gate_pays_a_smooth_edge_whole_and_scales_a_pi
     import importlib.util
     from pathlib import Path
 
-    from recast.digits.rewards.digit import above_background
+    from recast.worlds.digits.rewards.digit import above_background
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "steep_guard_probe.py"
+    path = Path(__file__).resolve().parents[1] / "research" / "probes" / "steep_guard_probe.py"
     spec = importlib.util.spec_from_file_location("steep_guard_probe", path)
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
@@ -568,7 +575,7 @@ def test_steep_guard_probe_texture_gate_pays_a_smooth_edge_whole_and_scales_a_pi
 def test_each_oracle_is_its_judges_verdict_exactly(fns):
     """The oracle control scores 1 where its held-out judge passes a sample and 0 where it fails it, on real,
     degraded and wrong-attribute canvases alike (so both values occur), clamping out-of-range pixels first."""
-    from recast.digits.judges.agreement import judge_verdicts
+    from recast.worlds.digits.judges.agreement import judge_verdicts
 
     gen = torch.Generator().manual_seed(3)
     images, prompts = data.sample_batch(64, generator=gen)
@@ -593,7 +600,7 @@ def test_contrast_flat_is_contrast_with_a_flat_top_on_the_ink_level(fns):
     """``contrast_flat = contrast / max(level, L)``: contrast rescaled by 1 / L where the ink level is below the real
     floor L, saturation times (1 - background) above it (1 on real canvases), so ink brighter than a real glyph's
     pays it nothing."""
-    from recast.digits.rewards.digit import _contrast_terms, contrast_level_floor
+    from recast.worlds.digits.rewards.digit import _contrast_terms, contrast_level_floor
 
     L = contrast_level_floor()
     assert 0.55 < L < 0.65  # real levels run 0.57-0.94 (the dim anti-aliased rim); base samples' median is 0.43
@@ -618,7 +625,7 @@ def test_contrast_flat_is_contrast_with_a_flat_top_on_the_ink_level(fns):
 def test_wash_free_reads_the_wash_not_the_brightness_of_the_ink(fns):
     """``wash_free = saturation * (1 - background) * min(1, ink mass / 2)``: 1 on real canvases at any ink
     brightness (contrast pays for brighter ink), lowered by a grey wash in proportion to it, 0 on an empty canvas."""
-    from recast.digits.rewards.digit import WASH_FREE_INK_MASS, _contrast_terms, above_background
+    from recast.worlds.digits.rewards.digit import WASH_FREE_INK_MASS, _contrast_terms, above_background
 
     gen = torch.Generator().manual_seed(12)
     images, prompts = data.sample_batch(256, generator=gen)
@@ -642,7 +649,7 @@ def test_wash_free_reads_the_wash_not_the_brightness_of_the_ink(fns):
 def test_glyph_frame_reads_the_half_maximum_box_of_crisp_squares_and_ignores_a_wash():
     """On a crisp k x k square the frame is its box (side k, centre its midpoint) at any ink level, with or without a
     uniform grey wash; an inkless canvas gets the canvas centre and side `CANONICAL_SIDE`."""
-    from recast.digits.rewards.nets import CANONICAL_SIDE, glyph_frame
+    from recast.worlds.digits.rewards.nets import CANONICAL_SIDE, glyph_frame
 
     x = torch.zeros(4, 3, data.CANVAS, data.CANVAS)
     boxes = [(2, 3, 6), (10, 4, 9), (0, 0, 12), (13, 9, 11)]  # (y0, x0, side)
@@ -661,7 +668,7 @@ def test_canonical_view_forgets_a_glyphs_size_and_place_and_keeps_its_wash():
     11.5, side 12 +- 1), far closer than the canvases themselves; moving a glyph by whole pixels leaves its view
     unchanged; a uniform wash shows in the view at its own level (the padding is the background); an inkless canvas
     is its own view."""
-    from recast.digits.rewards.nets import canonical_view, glyph_frame
+    from recast.worlds.digits.rewards.nets import canonical_view, glyph_frame
 
     specs = [data.PromptSpec(d, c, p, "small") for d in data.DIGITS for c in ("red", "blue") for p in data.POSITIONS]
     small = data.render(specs, generator=torch.Generator().manual_seed(3))
@@ -740,7 +747,7 @@ def test_realism_centred_is_realism_conditional_with_each_size_head_shifted(fns)
 
 
 def _conditional_net():
-    from recast.digits.rewards import nets
+    from recast.worlds.digits.rewards import nets
 
     return nets.load_net("realism_conditional_cnn", nets.realism_conditional_net, "cpu", None)
 
@@ -749,8 +756,8 @@ def test_realism_centres_recomputed_from_their_recipe():
     """REALISM_CENTRES is the mean realism_conditional logit per prompted size of the committed base model's ODE
     samples of 256 train-split prompts (seed 1, 10 steps): recomputed here, to the 3 decimals it is stored with; a
     subset with one size only cannot centre the other head."""
-    from recast.digits.audit import sample_world
-    from recast.digits.world import load_world
+    from recast.worlds.digits.audit import sample_world
+    from recast.worlds.digits.model import load_world
 
     images, prompts = sample_world(load_world("data/digit_base"), n=256, split="train", num_steps=10, seed=1)
     means = rewards.realism_head_means(images, prompts, _conditional_net())

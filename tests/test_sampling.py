@@ -16,7 +16,7 @@ from recast.sampling import (
     sigma_schedule,
 )
 
-from recast.rollout import rollout_discriminability, rollout_values
+from recast.informativeness.rollout import rollout_discriminability, rollout_values
 
 SHAPE = (3, 4, 4)
 
@@ -160,7 +160,7 @@ def test_sde_preserves_point_mass_marginals():
 
 @pytest.mark.parametrize("sampler", ["ode", "sde"])
 def test_samplers_are_deterministic_under_a_seed(sampler):
-    from recast.digits.world import tiny_world
+    from recast.worlds.digits.model import tiny_world
 
     world = tiny_world(0)
     with torch.no_grad():
@@ -222,7 +222,7 @@ def test_rollout_discriminability_scores_several_rewards_on_shared_continuations
 
 def test_debiased_values_remove_monte_carlo_variance():
     """V_b ~ N(0.5, 0.01), rewards = V_b + N(0, 0.04) noise, M = 4: the raw means have variance 0.01 + 0.01."""
-    from recast.rollout import debiased_values
+    from recast.informativeness.rollout import debiased_values
 
     g = torch.Generator().manual_seed(0)
     V = 0.5 + 0.1 * torch.randn(20000, generator=g)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from recast.io import write_json
-from recast.sweep import EMPHASIS, budget_grid, is_finished, lambda_grid, plan_sweep, run_sweep
-from recast.sweep_results import collect, compare, curves, efficiency, summarise, training_change, w_timing
+from recast.experiments.sweep import EMPHASIS, budget_grid, is_finished, lambda_grid, plan_sweep, run_sweep
+from recast.experiments.sweep_results import collect, compare, curves, efficiency, summarise, training_change, w_timing
 
 
 def test_budget_grid_is_uniform_plus_one_emphasis_per_reward():
@@ -175,7 +175,7 @@ def test_training_change_pairs_final_with_base_and_flags_reward_hacking(tmp_path
 def test_compare_and_training_change_floor_a_pass_rate_spread_at_one_prompt():
     """Three seeds that each differ by exactly one prompt in 64 give a zero s.d.; with the rows' eval_prompts the
     interval is at least one step wide, so that is a tie, while the Fréchet distance (continuous) is unaffected."""
-    from recast.sweep_results import compare, training_change
+    from recast.experiments.sweep_results import compare, training_change
 
     rows = []
     for seed in range(3):
@@ -196,17 +196,17 @@ def test_compare_and_training_change_floor_a_pass_rate_spread_at_one_prompt():
 
 
 def test_fixed_w_runs_mean_W_keeps_the_marginals(tmp_path):
-    """scripts/fixed_w_runs.py averages ReCAST's applied W over iterations and seeds: the mean of matrices with the
+    """research/probes/fixed_w_runs.py averages ReCAST's applied W over iterations and seeds: the mean of matrices with the
     same row sums (λ) and equal column sums has them too, so `method=fixed` accepts it; bad records are refused."""
     import importlib.util
     import json
     from pathlib import Path
 
     from recast.solver import solve_weights
-    from recast.trainer.advantages import validate_W
+    from recast.advantages import validate_W
 
     spec = importlib.util.spec_from_file_location(
-        "fixed_w_runs", Path(__file__).resolve().parents[1] / "scripts" / "fixed_w_runs.py")
+        "fixed_w_runs", Path(__file__).resolve().parents[1] / "research" / "probes" / "fixed_w_runs.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     lam = torch.tensor([0.55, 0.15, 0.15, 0.15], dtype=torch.float64)
@@ -231,7 +231,7 @@ def test_fixed_w_runs_mean_W_keeps_the_marginals(tmp_path):
 
 
 def test_fixed_w_runs_merges_budgets_into_the_committed_tables(tmp_path):
-    """scripts/fixed_w_runs.py adds budgets a few at a time: a later run replaces its own budgets' rows and keeps the
+    """research/probes/fixed_w_runs.py adds budgets a few at a time: a later run replaces its own budgets' rows and keeps the
     others, in the order the tables are written in; merging a table's own rows back leaves it byte for byte."""
     import importlib.util
     from pathlib import Path
@@ -239,7 +239,7 @@ def test_fixed_w_runs_merges_budgets_into_the_committed_tables(tmp_path):
     from recast.io import read_csv, write_csv
 
     spec = importlib.util.spec_from_file_location(
-        "fixed_w_runs", Path(__file__).resolve().parents[1] / "scripts" / "fixed_w_runs.py")
+        "fixed_w_runs", Path(__file__).resolve().parents[1] / "research" / "probes" / "fixed_w_runs.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     rows = [{"budget": b, "method": m, "baseline": base, "diff": i + 0.5}

@@ -3,8 +3,8 @@
 import pytest
 
 from recast.io import read_csv, write_csv
-from recast.sweep_results import compare
-from recast.sweep_report import (efficiency_table, fixed_w_report, hacking_table, paired_table, report,
+from recast.experiments.sweep_results import compare
+from recast.experiments.sweep_report import (efficiency_table, fixed_w_report, hacking_table, paired_table, report,
                                  rescore_report, summarise_w_timing, tally_table, w_timing_table, win_rate_table)
 
 
@@ -70,7 +70,7 @@ def test_rescore_report_tabulates_notebook_06s_files_and_needs_all_three(tmp_pat
 
 
 def test_fixed_w_report_groups_by_comparison_and_needs_a_setting_with_all_three_files(tmp_path):
-    """scripts/fixed_w_runs.py's three CSVs per setting: each (method, baseline) pair is one comparison in the tally
+    """research/probes/fixed_w_runs.py's three CSVs per setting: each (method, baseline) pair is one comparison in the tally
     (judges and training rewards apart) and has its own paired judge table; a setting missing a file is left out,
     and none complete is an error."""
     paired = compare(_rows(), baseline="uniform")
@@ -168,7 +168,7 @@ def test_readme_prints_the_committed_sweeps_report_verbatim():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    assert report(root / "data" / "results") in (root / "README.md").read_text()
+    assert report(root / "research" / "tables") in (root / "README.md").read_text()
 
 
 def test_readme_prints_the_committed_256_sample_rescore_verbatim():
@@ -177,7 +177,7 @@ def test_readme_prints_the_committed_256_sample_rescore_verbatim():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    assert rescore_report(root / "data" / "results", "judge_eval_256") in (root / "README.md").read_text()
+    assert rescore_report(root / "research" / "tables", "judge_eval_256") in (root / "README.md").read_text()
 
 
 def test_readme_prints_the_committed_fixed_w_control_verbatim():
@@ -186,4 +186,4 @@ def test_readme_prints_the_committed_fixed_w_control_verbatim():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    assert fixed_w_report(root / "data" / "results", "fixed_w_glyph") in (root / "README.md").read_text()
+    assert fixed_w_report(root / "research" / "tables", "fixed_w_glyph") in (root / "README.md").read_text()

@@ -1,4 +1,4 @@
-"""The tile probe (`scripts/tile_timing_probe.py`, README "The tile probe"): its plate-aware front end, and the
+"""The tile probe (`research/probes/tile_timing_probe.py`, README "The tile probe"): its plate-aware front end, and the
 committed tables it wrote, re-derived where CI can afford it (real canvases, the committed tile-0.4 fine-tune) and
 checked for what the README reads from them where it cannot (the timing ends are 18 MB a batch)."""
 
@@ -13,11 +13,11 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "data" / "results"
+RESULTS = ROOT / "research" / "tables"
 
 
 def _probe():
-    spec = importlib.util.spec_from_file_location("tile_timing_probe", ROOT / "scripts" / "tile_timing_probe.py")
+    spec = importlib.util.spec_from_file_location("tile_timing_probe", ROOT / "research" / "probes" / "tile_timing_probe.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -54,7 +54,7 @@ def _bands_reproduced(probe, world: str, table: str) -> dict:
 def test_unplate_of_a_tiled_canvas_is_unplate_of_the_plain_canvas(tile):
     """On real canvases ``ink = colour * max(s, glyph)`` in the quadrant, so removing the plate leaves exactly what
     removing level s leaves of the plain canvas: ``colour * max(glyph - s, 0) / (1 - s)``, and 0 off the quadrant."""
-    from recast.digits import data
+    from recast.worlds.digits import data
 
     probe = _probe()
     prompts = data.sample_prompts(24, generator=torch.Generator().manual_seed(3))
@@ -71,7 +71,7 @@ def test_plate_levels_of_real_canvases_are_the_tile_level_and_unplate_drawn_is_u
     """A real canvas's glyph ink above the plate covers under 90 % of its quadrant, so the brightest quadrant's 10 %
     ink quantile is the plate: exactly ``tile`` (0 on a plain canvas), and `unplate_drawn` then equals `unplate` at
     the nominal level."""
-    from recast.digits import data
+    from recast.worlds.digits import data
 
     probe = _probe()
     specs = [data.PromptSpec(d, c, p, s) for d in (0, 1, 8) for c in data.COLORS for p in data.POSITIONS
@@ -96,9 +96,9 @@ def test_unplate_is_the_judges_clamp_at_zero_and_refuses_a_level_outside_0_1():
 def test_unplated_names_resolve_as_module_attributes_and_through_timing_cache():
     """``unplated:<name>@<s>`` is reward (or verdict) ``name`` on unplated canvases, reachable by name from
     ``timing_cache.py score --module tile_timing_probe``; anything else is no attribute."""
-    from recast.digits import data
-    from recast.digits.judges.agreement import verdict_reward
-    from recast.digits.rewards import get
+    from recast.worlds.digits import data
+    from recast.worlds.digits.judges.agreement import verdict_reward
+    from recast.worlds.digits.rewards import get
 
     probe = _probe()
     import timing_cache  # on the path once the probe is imported
@@ -117,7 +117,7 @@ def test_unplated_names_resolve_as_module_attributes_and_through_timing_cache():
 
 def test_world_tile_reads_the_pretrain_config_then_the_folder_name(tmp_path):
     probe = _probe()
-    assert probe.world_tile("data/probe_tile0.4") == 0.4  # from pretrain_history.json's config
+    assert probe.world_tile("research/worlds/probe_tile0.4") == 0.4  # from pretrain_history.json's config
     assert probe.world_tile("data/digit_base") == 0.0  # no tile in its config, none in its name
     assert probe.world_tile(str(tmp_path / "base_tile0.25")) == 0.25  # not on disk: the name
     assert probe.world_tile("runs/base_tile0.2") == 0.2
@@ -147,15 +147,15 @@ def test_committed_tile_rewards_table_is_reproduced_at_tile_0_4():
 
 
 def test_committed_tile_bands_are_reproduced_on_the_committed_tile_fine_tune():
-    """`bands` of data/probe_tile0.4 (256 test prompts, ODE 10 steps, seed 0), recomputed bit for bit; and what the
+    """`bands` of research/worlds/probe_tile0.4 (256 test prompts, ODE 10 steps, seed 0), recomputed bit for bit; and what the
     README reads from them: colour and position stay in band, the digit judge leaves its band on either front (0.13
     unplated, 0.15 raw), the fade defect leaves it once unplated (0.00; 0.29 raw), and digit, sharpness and speck_free lose the agreement (< 0.8) on either front. The control rows of the
     committed base are its audit (`tests/test_base_model.py`, README)."""
-    from recast.digits.judges.agreement import MATCHING_VERDICT
+    from recast.worlds.digits.judges.agreement import MATCHING_VERDICT
 
     probe = _probe()
     assert set(probe.BAND_REWARDS) <= set(MATCHING_VERDICT)  # the probe's rewards, each still with its judge
-    val = _bands_reproduced(probe, "data/probe_tile0.4", "tile_bands.csv")
+    val = _bands_reproduced(probe, "research/worlds/probe_tile0.4", "tile_bands.csv")
     for j in ("color", "position"):
         assert 0.4 <= val[("judge", j, "unplated")] <= 0.8
     assert max(val[("judge", "digit", "unplated")], val[("judge", "digit", "raw")]) < 0.25  # on either front
@@ -188,7 +188,7 @@ def test_committed_tile_timing_table_says_what_the_readme_reads_from_it():
     band = {(r["folder"], r["name"], int(r["seed"])): (_num(r["com_lo"]), _num(r["com_hi"])) for r in rows}
     assert {r["folder"] for r in rows} == {"tile0", "tile0.2", "tile0.4"}
     assert {int(r["seed"]) for r in rows} == {0, 1}
-    assert {r["world"] for r in rows if r["folder"] == "tile0.4"} == {"data/probe_tile0.4"}
+    assert {r["world"] for r in rows if r["folder"] == "tile0.4"} == {"research/worlds/probe_tile0.4"}
     for (folder, name, seed), lo_hi in band.items():
         assert lo_hi[0] <= com[(folder, name, seed)] <= lo_hi[1], (folder, name, seed)
     for seed in (0, 1):
@@ -214,15 +214,15 @@ def test_committed_tile_timing_table_says_what_the_readme_reads_from_it():
 
 
 def test_tile_from_scratch_keeps_the_plate_s_digit_cost():
-    """`bands` of data/probe_tile0.4_scratch, the committed base model's four-stage recipe with the plate from the
+    """`bands` of research/worlds/probe_tile0.4_scratch, the committed base model's four-stage recipe with the plate from the
     first step (README "The tile-from-scratch round"), recomputed bit for bit. The fine-tune's digit loss is the
     plate's, not the fine-tune's: from scratch the digit judge is still out of its band on every front (0.16
     unplated, 0.17 raw, 0.23 at each sample's own plate level; the fine-tune's 0.13, 0.15, 0.21), and digit,
     sharpness and speck_free still miss the agreement; colour and position stay in band."""
     probe = _probe()
-    val = _bands_reproduced(probe, "data/probe_tile0.4_scratch", "tile_scratch_bands.csv")
+    val = _bands_reproduced(probe, "research/worlds/probe_tile0.4_scratch", "tile_scratch_bands.csv")
     tuned = {(r["kind"], r["name"], r["front"]): _num(r["value"]) for r in _csv("tile_bands.csv")
-             if r["world"] == "data/probe_tile0.4"}
+             if r["world"] == "research/worlds/probe_tile0.4"}
     for front in ("unplated", "raw", "drawn"):
         assert val[("judge", "digit", front)] < 0.25, front  # out of band on every front
         assert val[("judge", "digit", front)] > tuned[("judge", "digit", front)], front  # a little above the fine-tune

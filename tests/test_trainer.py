@@ -152,7 +152,7 @@ def test_resume_compares_the_rewards_and_budgets_a_run_trained_with(tmp_path):
 
 
 def _tiny_inputs():
-    from recast.digits.world import tiny_world
+    from recast.worlds.digits.model import tiny_world
 
     w = tiny_world(0)
     torch.set_num_threads(1)

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from recast.digits.data import CANVAS, VOCAB, prompt_set
-from recast.digits.world import WORLD_FILES, load_world, save_world, tiny_world
+from recast.worlds.digits.data import CANVAS, VOCAB, prompt_set
+from recast.worlds.digits.model import WORLD_FILES, load_world, save_world, tiny_world
 from recast.sampling import predict_velocity, sample_ode, sigma_schedule
 
 BASE = Path(__file__).resolve().parents[1] / "data" / "digit_base"
@@ -86,7 +86,7 @@ def test_load_world_names_the_missing_file(world, tmp_path):
 
 
 @pytest.mark.skipif(not (BASE / "world.json").is_file(),
-                    reason="data/digit_base not committed yet: python -m recast.digits.pretrain --out data/digit_base")
+                    reason="data/digit_base not committed yet: python -m recast.worlds.digits.pretrain --out data/digit_base")
 def test_base_checkpoint_is_in_the_quality_band():
     """The committed base model leaves room on every attribute at once, so few samples pass the strict judge.
 
@@ -94,8 +94,8 @@ def test_base_checkpoint_is_in_the_quality_band():
     all four at once are right on about their product, 0.08 (0.078 on 256 samples); the bounds leave room for the
     sampling error of 64 samples (sd ~ 0.03) and exclude both a model with nothing to learn and a broken one.
     """
-    pytest.importorskip("recast.digits.judges.attributes", reason="recast/digits/judges not available")
-    from recast.digits.pretrain import evaluate_world
+    pytest.importorskip("recast.worlds.digits.judges.attributes", reason="recast/worlds/digits/judges not available")
+    from recast.worlds.digits.pretrain import evaluate_world
 
     start = time.time()
     world = load_world(BASE)

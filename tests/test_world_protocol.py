@@ -102,7 +102,7 @@ def test_importing_recast_world_imports_no_world_package():
 
     import recast
 
-    worlds = ("recast.digits", "recast.worlds", "recast.digits.rewards", "recast.digits.judges")
+    worlds = ("recast.worlds.digits", "recast.worlds", "recast.worlds.digits.rewards", "recast.worlds.digits.judges")
     saved = {k: m for k, m in sys.modules.items() if k == "recast.world" or k.startswith(worlds)}
     for k in saved:
         del sys.modules[k]
@@ -117,9 +117,9 @@ def test_importing_recast_world_imports_no_world_package():
 
 
 def test_digit_adapter_forwards_unchanged():
-    from recast.digits import data
-    from recast.digits.world import tiny_world
-    from recast.digits.rewards import SETTINGS
+    from recast.worlds.digits import data
+    from recast.worlds.digits.model import tiny_world
+    from recast.worlds.digits.rewards import SETTINGS
 
     world, inner = W.load_world("tiny"), tiny_world(0)
     assert isinstance(world, W.World) and world.reward_settings == SETTINGS
@@ -138,7 +138,7 @@ def test_digit_adapter_forwards_unchanged():
     world.freeze()
     assert not any(p.requires_grad for p in world.text_encoder.parameters())
     images = data.render(prompts, generator=torch.Generator().manual_seed(0))
-    from recast.digits import rewards
+    from recast.worlds.digits import rewards
 
     assert torch.equal(world.reward("color", "cpu")(images, prompts), rewards.get("color")("cpu")(images, prompts))
     with pytest.raises(ValueError, match="unknown reward"):
@@ -155,7 +155,7 @@ def test_committed_digit_base_loads_by_spec():
 
 def test_digit_adapter_evaluate_matches_the_trainers_judges():
     """The numbers the trainer logged before the seam (its former `_judge_scores`, inlined here), now via evaluate."""
-    from recast.digits import data, judges
+    from recast.worlds.digits import data, judges
     from recast.trainer.evaluation import _judge_scores
 
     prompts = [p for p in data.prompt_set("test")[:2] for _ in range(2)]
@@ -173,8 +173,8 @@ def test_digit_adapter_evaluate_matches_the_trainers_judges():
 
 def _block_world_packages(monkeypatch):
     """Make every world package unimportable (sys.modules[name] = None raises ImportError on import)."""
-    for name in [m for m in sys.modules if m.startswith(("recast.digits", "recast.worlds"))] + [
-            "recast.digits", "recast.worlds"]:
+    for name in [m for m in sys.modules if m.startswith(("recast.worlds.digits", "recast.worlds"))] + [
+            "recast.worlds.digits", "recast.worlds"]:
         monkeypatch.setitem(sys.modules, name, None)
 
 
@@ -186,7 +186,7 @@ def test_fake_world_drives_the_trainer_on_the_protocol_alone(tmp_path, monkeypat
     try:
         _block_world_packages(monkeypatch)
         with pytest.raises(ImportError):
-            import recast.digits.data  # noqa: F401 - the block works
+            import recast.worlds.digits.data  # noqa: F401 - the block works
         cfg = TrainConfig(world="fake", setting="bright", iterations=1, prompts_per_iter=2, group_size=2, num_steps=3,
                           informativeness_subset=4, lora_rank=2, lora_alpha=4.0, eval_prompts=2, progress=False,
                           num_threads=1)

@@ -1,6 +1,6 @@
 """Reward informativeness across denoising steps: Rényi discriminability, its telescoping gains, and the live tracker.
 
-`discriminability` holds the pure estimators (RECAST.md §5), `tracker` the pooled, noise-aware live estimate that
+`discriminability` holds the pure estimators (docs/method.md §5), `tracker` the pooled, noise-aware live estimate that
 turns into W (§5-§6), `simulate` a synthetic stand-in for training that measures the tracker's noise floor, and
 `timing` where a reward's gains land on any other grid, from its curve measured on one.
 """

@@ -1,4 +1,4 @@
-"""Reward informativeness across denoising steps: Rényi discriminability and its telescoping gains (RECAST.md §5).
+"""Reward informativeness across denoising steps: Rényi discriminability and its telescoping gains (docs/method.md §5).
 
 For reward k the reward-induced positive policy is π_k⁺ ∝ p_k · π. Pushed through the forward process to noise
 level σ, its density ratio to π_σ is ρ = V_{k,σ} / E[p_k] with V_{k,σ}(x) = E[p_k(x_0) | x_σ = x], and
@@ -193,7 +193,7 @@ def renyi_rows(values: np.ndarray, alpha: float = 2.0) -> np.ndarray:
 
 
 def loo_calibrated_values(p_clean: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Least-squares calibration of p_clean on the proxy f, with its variance set by leave-one-out (RECAST.md §5).
+    """Least-squares calibration of p_clean on the proxy f, with its variance set by leave-one-out (docs/method.md §5).
 
     In-sample least squares over-estimates R² by about (1 − R²)/(n − 1), which at small n swamps the signal. The
     leave-one-out R² (1 − PRESS / SST, PRESS from the hat matrix in closed form) is not inflated, so the in-sample
@@ -238,7 +238,7 @@ def _fill_missing(D: np.ndarray) -> np.ndarray:
 
 
 def tweedie_discriminability(p_clean, p_proxy, alpha: float = 2.0) -> torch.Tensor:
-    """The `tweedie` estimator of D over the grid, from one-step predictions (RECAST.md §5, estimator 1).
+    """The `tweedie` estimator of D over the grid, from one-step predictions (docs/method.md §5, estimator 1).
 
     At each interior grid point j the predictor f = p_k(x0_hat(x_{σ_j})) is calibrated against the clean p_k(x_0) out
     of sample (`loo_calibrated_values`), and D_j is the Rényi discriminability of the calibrated values. At σ_T = 0
@@ -283,7 +283,7 @@ def tweedie_discriminability(p_clean, p_proxy, alpha: float = 2.0) -> torch.Tens
 
 
 def posterior_discriminability(x0, p, sigmas, alpha: float = 2.0, generator: torch.Generator | None = None):
-    """The `posterior` estimator: V from the batch's leave-one-out empirical posterior (RECAST.md §5, estimator 3).
+    """The `posterior` estimator: V from the batch's leave-one-out empirical posterior (docs/method.md §5, estimator 3).
 
     For sample i, x_σ = (1 − σ) x_0^i + σ ε, and V̂(x_σ) = Σ_{m≠i} w_m p_m with w_m ∝ N(x_σ; (1 − σ) x_0^m, σ² I).
     Cheap and honest in low dimension; in high dimension the posterior collapses onto the nearest neighbour early.

@@ -1,6 +1,6 @@
 """Stored continuation ends: a reward's ground-truth timing in seconds, without sampling again.
 
-The `rollout` ground truth (`recast.rollout.rollout_estimate`) spends nearly all its time sampling: N clean samples,
+The `rollout` ground truth (`recast.informativeness.rollout.rollout_estimate`) spends nearly all its time sampling: N clean samples,
 then M ancestral continuations of each at every interior grid point. The rewards only read the images those
 samples end on, and the samples do not depend on the rewards. So the ends can be drawn once and stored, and any
 reward, a candidate still being designed among them, scored on them later:
@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from recast.informativeness.probe import ends_profile, estimate_profiles, grid_sigmas
 
 __all__ = ["RolloutEnds", "record_ends", "ends_profile"]
 
@@ -90,8 +92,6 @@ def record_ends(world, prompts: Sequence[str], *, num_steps: int = 6, shift: flo
     Raises:
         ValueError: num_rollouts < 2 (the ground truth's Monte-Carlo debiasing needs two ends per state).
     """
-    from recast.informativeness.probe import estimate_profiles, grid_sigmas
-
     if num_rollouts < 2:
         raise ValueError(f"num_rollouts must be >= 2, got {num_rollouts}")
     grid = grid_sigmas(num_steps, shift, sigmas)
@@ -126,59 +126,3 @@ def record_ends(world, prompts: Sequence[str], *, num_steps: int = 6, shift: flo
     if x0_substeps is not None:
         meta["x0_substeps"] = x0_substeps
     return RolloutEnds(out["rollout"].sigmas.clone(), tuple(prompts), clean, ends_t, meta)
-
-
-@torch.no_grad()
-def ends_profile(ends: RolloutEnds, reward_fn: Callable[[torch.Tensor, list[str]], torch.Tensor], *,
-                 alpha: float = 2.0, adv_clip_max: float = 5.0, std_floor: float = 1e-2, bootstrap: int = 200,
-                 seed: int = 0) -> dict:
-    """The ground truth of ``reward_fn`` on stored ends: what `estimate_profiles`' rollout profile gives.
-
-    Args:
-        ends: from `record_ends`.
-        reward_fn: (images, prompts) -> (N,) or (N, K) raw rewards.
-        alpha, adv_clip_max, std_floor: Rényi order and the trainer's p map (`p_map`), frozen at the clean batch.
-        bootstrap, seed: replicates over the N states for the bands, and their seed.
-
-    Returns:
-        dict of float64 tensors, one row per reward (K): ``D`` (K, T + 1), ``D_boot`` (R, K, T + 1) or None,
-        ``gains`` (K, T), ``com`` (K,) the centre of mass of the gains (0 = noisiest column), ``com_lo`` /
-        ``com_hi`` its 5-95 % band (NaN without a bootstrap), ``cleanest_third_share`` (K,) the share of the gains
-        in the last ⌈T/3⌉ columns, ``silenced`` (K,) bool, the raw rewards they come from: ``R_clean`` (N, K)
-        of the clean batch and ``R_ends`` (T − 1, M, N, K) of the ends (None for T = 1), and ``ends_z_first`` (K,),
-        the Welch z of the raw rewards of the ends continued from the noisiest interior state against the clean
-        batch's (`reward_agreement`; NaN for T = 1): whether the continuations reproduce the batch they continue.
-    """
-    from recast.informativeness import centre_of_mass_band, gains_centre_of_mass, telescoping_gains
-    from recast.informativeness.probe import p_map
-    from recast.rollout import discriminability_from_ends, reward_agreement
-
-    def raw(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-        r = reward_fn(images, prompts).float().double().cpu()  # float32 first, as the estimators see it
-        return r[:, None] if r.ndim == 1 else r
-
-    prompts = list(ends.prompts)
-    R_clean = raw(ends.clean, prompts)
-    to_p, silenced = p_map(R_clean, adv_clip_max, std_floor)
-    T = len(ends.sigmas) - 1
-    if T == 1:
-        R_ends, p_ends = None, to_p(R_clean)[None, None]
-        ends_z = torch.full((R_clean.shape[1],), float("nan"), dtype=torch.float64)
-    else:
-        _, M, N = ends.ends.shape[:3]
-        R_ends = torch.stack([raw(e.reshape(M * N, *e.shape[2:]), prompts * M).reshape(M, N, -1) for e in ends.ends])
-        p_ends = to_p(R_ends.reshape(-1, R_ends.shape[-1])).reshape(R_ends.shape)
-        ends_z = reward_agreement(R_ends[0].flatten(0, 1), R_clean)
-    D, D_boot = discriminability_from_ends(p_ends.double(), T, alpha=alpha, bootstrap=bootstrap,
-                                           generator=torch.Generator().manual_seed(seed))
-    gains = telescoping_gains(D)
-    com = gains_centre_of_mass(gains)
-    last = -(-T // 3)
-    total = gains.sum(1)
-    share = gains[:, -last:].sum(1) / total.where(total > 0, torch.ones(()))
-    lo = hi = torch.full_like(com, float("nan"))
-    if D_boot is not None:
-        lo, hi = centre_of_mass_band(D_boot)
-    return {"D": D, "D_boot": D_boot, "gains": gains, "com": com, "com_lo": lo, "com_hi": hi,
-            "cleanest_third_share": share, "silenced": silenced, "R_clean": R_clean, "R_ends": R_ends,
-            "ends_z_first": ends_z}

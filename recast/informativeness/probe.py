@@ -3,11 +3,11 @@
 Both estimators see the same clean samples x_0, drawn from the model by the ancestral sampler on the fine sub-grid
 (the distribution the ground truth's continuations sample, so both sides of it are one joint distribution), and
 the same p_k: the trainer's normalisation with the mean and std of the clean batch, near-constant rewards silenced
-to p = 0.5 (RECAST.md §3).
+to p = 0.5 (docs/method.md §3).
 
 - `tweedie`: f_j = p_k(x̂_0(x_{σ_j})) from one forward pass per grid point, calibrated leave-one-out
   (`recast.informativeness.tweedie_discriminability`); a lower bound on D, exact as σ → 0.
-- `rollout`: V = mean of p_k over M ancestral continuations of x_{σ_j} (`recast.rollout.rollout_estimate`).
+- `rollout`: V = mean of p_k over M ancestral continuations of x_{σ_j} (`recast.informativeness.rollout.rollout_estimate`).
 
 Bands are bootstrap percentiles over the samples. W comes from the gains as the trainer gets it: each profile is
 shrunk towards the common one by its bootstrap noise share (`recast.informativeness.profile_noise_share`).
@@ -15,19 +15,19 @@ shrunk towards the common one by its bootstrap noise share (`recast.informativen
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from recast.informativeness import profile_noise_share, telescoping_gains, tweedie_discriminability
-from recast.rollout import fine_grid, reward_agreement, rollout_estimate, sample_ancestral
+from recast.informativeness.rollout import fine_grid, reward_agreement, rollout_estimate, sample_ancestral
 from recast.sampling import predict_velocity, sample_ode, sigma_schedule
 from recast.solver import solve_weights
-from recast.trainer.advantages import reward_to_p, silenced_rewards
+from recast.advantages import reward_to_p, silenced_rewards
 
-__all__ = ["Profile", "ModelBatch", "spearman", "stack_rewards", "p_map", "model_batch", "tweedie_pairs",
+__all__ = ["Profile", "ends_profile", "ModelBatch", "spearman", "stack_rewards", "p_map", "model_batch", "tweedie_pairs",
            "tweedie_estimate", "estimate_profiles"]
 
 ESTIMATORS = ("tweedie", "rollout")
@@ -256,7 +256,7 @@ def estimate_profiles(world, reward_names: Sequence[str], prompts: Sequence[str]
             batch can then be continued on a finer sub-grid, which isolates the continuations' sub-grid bias.
         num_rollouts, substeps: M continuations per state; ancestral steps per grid step (also for drawing x_0).
         alpha, temperature: Rényi order; solver temperature τ.
-        adv_clip_max, std_floor: the trainer's p map (RECAST.md §3).
+        adv_clip_max, std_floor: the trainer's p map (docs/method.md §3).
         bootstrap: replicates for the bands and the noise share.
         seed: seeds the samples, the forward noise, the continuations and the bootstrap.
         ends: `recast.informativeness.ends.RolloutEnds` recorded with these arguments (`record_ends`): the rollout
@@ -307,8 +307,6 @@ def estimate_profiles(world, reward_names: Sequence[str], prompts: Sequence[str]
                                    generator=b.generator)
             D, D_boot, p_ends, p_clean = est.D, est.D_boot, est.p_ends, est.p_clean
         else:
-            from recast.informativeness.ends import ends_profile
-
             if not torch.equal(ends.clean, world.decode(b.x0).detach().float().cpu()):
                 raise ValueError("the stored ends continue other clean samples than this call draws (another world "
                                  "or model version?); record them again with record_ends")
@@ -382,3 +380,58 @@ def plot_profiles(profiles: dict[str, Profile], axes=None, ncols: int = 4):
     axes[0].set_ylabel("D(σ)")
     axes[0].legend(fontsize=7)
     return axes
+
+
+@torch.no_grad()
+def ends_profile(ends: RolloutEnds, reward_fn: Callable[[torch.Tensor, list[str]], torch.Tensor], *,
+                 alpha: float = 2.0, adv_clip_max: float = 5.0, std_floor: float = 1e-2, bootstrap: int = 200,
+                 seed: int = 0) -> dict:
+    """The ground truth of ``reward_fn`` on stored ends: what `estimate_profiles`' rollout profile gives.
+
+    Args:
+        ends: from `record_ends`.
+        reward_fn: (images, prompts) -> (N,) or (N, K) raw rewards.
+        alpha, adv_clip_max, std_floor: Rényi order and the trainer's p map (`p_map`), frozen at the clean batch.
+        bootstrap, seed: replicates over the N states for the bands, and their seed.
+
+    Returns:
+        dict of float64 tensors, one row per reward (K): ``D`` (K, T + 1), ``D_boot`` (R, K, T + 1) or None,
+        ``gains`` (K, T), ``com`` (K,) the centre of mass of the gains (0 = noisiest column), ``com_lo`` /
+        ``com_hi`` its 5-95 % band (NaN without a bootstrap), ``cleanest_third_share`` (K,) the share of the gains
+        in the last ⌈T/3⌉ columns, ``silenced`` (K,) bool, the raw rewards they come from: ``R_clean`` (N, K)
+        of the clean batch and ``R_ends`` (T − 1, M, N, K) of the ends (None for T = 1), and ``ends_z_first`` (K,),
+        the Welch z of the raw rewards of the ends continued from the noisiest interior state against the clean
+        batch's (`reward_agreement`; NaN for T = 1): whether the continuations reproduce the batch they continue.
+    """
+    from recast.informativeness import centre_of_mass_band, gains_centre_of_mass, telescoping_gains
+    from recast.informativeness.rollout import discriminability_from_ends, reward_agreement
+
+    def raw(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        r = reward_fn(images, prompts).float().double().cpu()  # float32 first, as the estimators see it
+        return r[:, None] if r.ndim == 1 else r
+
+    prompts = list(ends.prompts)
+    R_clean = raw(ends.clean, prompts)
+    to_p, silenced = p_map(R_clean, adv_clip_max, std_floor)
+    T = len(ends.sigmas) - 1
+    if T == 1:
+        R_ends, p_ends = None, to_p(R_clean)[None, None]
+        ends_z = torch.full((R_clean.shape[1],), float("nan"), dtype=torch.float64)
+    else:
+        _, M, N = ends.ends.shape[:3]
+        R_ends = torch.stack([raw(e.reshape(M * N, *e.shape[2:]), prompts * M).reshape(M, N, -1) for e in ends.ends])
+        p_ends = to_p(R_ends.reshape(-1, R_ends.shape[-1])).reshape(R_ends.shape)
+        ends_z = reward_agreement(R_ends[0].flatten(0, 1), R_clean)
+    D, D_boot = discriminability_from_ends(p_ends.double(), T, alpha=alpha, bootstrap=bootstrap,
+                                           generator=torch.Generator().manual_seed(seed))
+    gains = telescoping_gains(D)
+    com = gains_centre_of_mass(gains)
+    last = -(-T // 3)
+    total = gains.sum(1)
+    share = gains[:, -last:].sum(1) / total.where(total > 0, torch.ones(()))
+    lo = hi = torch.full_like(com, float("nan"))
+    if D_boot is not None:
+        lo, hi = centre_of_mass_band(D_boot)
+    return {"D": D, "D_boot": D_boot, "gains": gains, "com": com, "com_lo": lo, "com_hi": hi,
+            "cleanest_third_share": share, "silenced": silenced, "R_clean": R_clean, "R_ends": R_ends,
+            "ends_z_first": ends_z}

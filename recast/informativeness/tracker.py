@@ -1,4 +1,4 @@
-"""The live `tweedie` estimate in training: pooled pairs, out-of-sample calibration, noise-aware W (RECAST.md §5-§6).
+"""The live `tweedie` estimate in training: pooled pairs, out-of-sample calibration, noise-aware W (docs/method.md §5-§6).
 
 Each iteration the trainer hands over the (p_clean, proxy) pairs the NFT loss produced for free: p_k(x_0) of every
 sample and p_k(x̂_0(x_{σ_j})) at the columns it trained. One iteration gives a column only ~B·m/T pairs, too few for a
@@ -60,7 +60,7 @@ def profile_noise_share(gains: torch.Tensor, gains_boot: torch.Tensor) -> tuple[
 
 
 class InformativenessTracker:
-    """Pools tweedie pairs across iterations, smooths D and turns it into W (RECAST.md §5 post-processing, §6).
+    """Pools tweedie pairs across iterations, smooths D and turns it into W (docs/method.md §5 post-processing, §6).
 
     Two ways in: `add(p_clean, p_proxy)` pools one iteration's pairs and re-estimates D from the window (the
     trainer's path); `update(D)` folds an externally computed D (PAV, then EMA). Before either, W is λ/T.

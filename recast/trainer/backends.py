@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from recast.sampling import PromptEmbeds, predict_velocity, sde_transition
-from recast.trainer.advantages import step_signal
+from recast.advantages import step_signal
 from recast.trainer.losses import gaussian_mean_kl, grpo_loss, nft_loss
 
 __all__ = ["Rollouts", "OptOutput", "NonFiniteLossError", "draw_columns", "nft_optimise", "grpo_optimise"]

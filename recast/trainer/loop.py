@@ -1,6 +1,6 @@
 """The online ReCAST loop: sample from the old policy, score, normalise per reward, weight through W, optimise.
 
-One iteration, in sampling order (RECAST.md §3-§6):
+One iteration, in sampling order (docs/method.md §3-§6):
     prompts -> G samples each from the old policy (ODE for nft, SDE with log-probs for grpo) -> every reward ->
     per-reward group normalisation -> per-step signals through W -> one optimiser step -> (recast) informativeness
     from the old policy's x0_hat and a W re-solve -> old-policy and EMA updates.
@@ -21,8 +21,8 @@ from recast.informativeness import InformativenessTracker
 from recast.io import append_jsonl, remove_stale_temps, write_json
 from recast.sampling import sample_ode, sample_sde, sigma_schedule
 from recast.solver import static_weights
-from recast.trainer import checkpoint as ckpt
-from recast.trainer.advantages import group_advantages, reward_sum, reward_to_p, validate_W
+import recast.trainer.checkpoint as ckpt
+from recast.advantages import group_advantages, reward_sum, reward_to_p, validate_W
 from recast.trainer.backends import NonFiniteLossError, Rollouts, grpo_optimise, nft_optimise
 from recast.trainer.metrics import PhaseTimer, load_run
 from recast.trainer.persist import Persistent

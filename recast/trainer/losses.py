@@ -1,4 +1,4 @@
-"""Training losses of the two backends, as pure functions of velocities / log-probs (RECAST.md §4).
+"""Training losses of the two backends, as pure functions of velocities / log-probs (docs/method.md §4).
 
 NFT (DiffusionNFT's forward-process loss) for N training examples at noise levels sigma:
 
@@ -7,7 +7,7 @@ NFT (DiffusionNFT's forward-process loss) for N training examples at noise level
 with β = `nft_beta`. At v_θ = v_old the gradient w.r.t. v_θ is 2β(2p − 1)(v_old − u) / n_pixels per example
 (× c / β with DiffusionNFT's scaling): positive examples pull towards u, negative ones push away.
 
-Adaptive normalisation (`norm`, RECAST.md §4) divides each example's squared error by its own detached mean absolute
+Adaptive normalisation (`norm`, docs/method.md §4) divides each example's squared error by its own detached mean absolute
 error. In velocity space ("velocity", the default) every column then has the same scale in expectation, so a row sum
 of W is the reward's real share. DiffusionNFT's x0-space form ("x0") normalises σ(v − u) = x̂_0 − x_0 instead, which
 weights column j by σ_j (at T = 6: 1, .92, .82, .67, .43, .009): it is kept, named, for parity with the anchor.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from recast.io import append_jsonl, read_json, read_jsonl
-from recast.trainer import checkpoint as ckpt
+import recast.trainer.checkpoint as ckpt
 from recast.trainer.backends import NonFiniteLossError
 from recast.trainer.evaluation import evaluate as evaluate_policy
 from recast.trainer.validate import RUN_MARKER

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from recast.sampling import PromptEmbeds
-from recast.trainer.advantages import Advantages, group_stats, reward_to_p
+from recast.advantages import Advantages, group_stats, reward_to_p
 from recast.trainer.backends import Rollouts
 
 __all__ = ["ReplayBuffer", "replay_count", "group_offsets", "restandardise", "informativeness_weights", "priorities",

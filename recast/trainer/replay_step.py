@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from recast.trainer.advantages import Advantages, reward_sum
+from recast.advantages import Advantages, reward_sum
 from recast.trainer.backends import Rollouts
 from recast.trainer.replay import (draw, group_offsets, informativeness_weights, merge_replay, priorities,
                                    replay_count, restandardise)

@@ -17,7 +17,7 @@ from recast.config import (BACKENDS, METHODS, NFT_NORMS, REPLAY_PRIORITIES, SDE_
                            check_field_types, resolve_budgets, resolve_rewards, resolve_world)
 from recast.io import check_safetensors, read_json
 from recast.solver import min_temperature
-from recast.trainer.advantages import normalise_budgets, validate_W
+from recast.advantages import normalise_budgets, validate_W
 from recast.trainer.checkpoint import CHECKPOINT, LOG_FILES, RESOLVED_FIELDS, check_resume_config
 from recast.world import world_info
 

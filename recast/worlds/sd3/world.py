@@ -18,11 +18,12 @@ from pathlib import Path
 import torch
 
 from recast.sampling import PromptEmbeds
+from recast.config import DATA_ROOT
 
 __all__ = ["SD3Settings", "SD3World", "GuidedTransformer", "load_sd3_world", "sd3_info", "DTYPES"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DATA_PROMPTS = Path(__file__).resolve().parents[3] / "data" / "prompts"
+DATA_PROMPTS = DATA_ROOT / "prompts"
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ class SD3World:
         return self._prompt_sets[split]
 
     def reward(self, name: str, device: str | torch.device):
-        from recast.worlds.sd3 import rewards
+        import recast.worlds.sd3.rewards as rewards
 
         return rewards.get(name)(device, root=self.settings.reward_root)
 
@@ -215,7 +216,7 @@ def sd3_info(arg: str | None = None):
     """Static `WorldInfo` of "sd3:PATH" and "sd3-tiny": the SD3 reward registry (each name also as rank:NAME) and
     the default prompt splits; no weights read. A local folder without model_index.json is refused."""
     from recast.world import WorldInfo
-    from recast.worlds.sd3 import rewards
+    import recast.worlds.sd3.rewards as rewards
 
     if arg is not None and Path(arg).exists() and not (Path(arg) / "model_index.json").is_file():
         raise _not_a_pipeline(Path(arg))

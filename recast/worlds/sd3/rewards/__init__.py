@@ -8,7 +8,7 @@ Pointwise rewards score each image alone. Groupwise rewards score a prompt's who
 prompt text): ``"rank:NAME"`` is the normalised rank of reward NAME within each group (0 lowest, 1 highest), and
 `groupwise(score_group)` wraps any group scorer. They carry ``reward.groupwise = True``.
 
-The paper's two four-reward settings (RECAST.md §1):
+The paper's two four-reward settings (docs/method.md §1):
 
 - ``composition``: geneval + ocr + pickscore + clipscore: two rewards that judge layout and text (informative
   early to mid denoising) with two that judge prompt-image agreement as a whole;

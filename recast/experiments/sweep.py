@@ -1,0 +1,196 @@
+"""The paper's λ-sweep: settings × budgets × methods × seeds, every run a CLI command, resumable.
+
+    runs = plan_sweep(settings=("compose",), methods=("recast", "uniform", "reward_sum"), seeds=(0, 1, 2))
+    report = run_sweep(runs, jobs=2)            # skips runs that already finished; resumes killed ones
+
+Aggregating the finished runs (rows, paired differences, efficiency, W timing) is `recast.experiments.sweep_results`.
+
+The budget grid is written down once, in `budget_grid`: uniform, plus one budget per reward that puts `EMPHASIS` on
+it and shares the rest equally (0.55 / 0.15 / 0.15 / 0.15 for four rewards). Each run is exactly the command in its
+row (`SweepRun.command`), with `num_threads=1` pinned so that rerunning it reproduces the row bit for bit.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["EMPHASIS", "results_dir", "budget_grid", "lambda_grid", "SweepRun", "SweepReport", "plan_sweep", "is_finished",
+           "run_sweep"]
+
+EMPHASIS: float = 0.55  # the budget a reward-emphasising λ puts on its reward; the others share the rest equally
+
+
+def results_dir() -> Path:
+    """Where result tables go: $RECAST_RESULTS_DIR if set, else ``runs/results`` under the working directory.
+
+    Nothing lands in tracked files by default; the committed research tables are regenerated on purpose with
+    ``RECAST_RESULTS_DIR=research/tables`` (each page of ``research/`` gives its command).
+    """
+    env = os.environ.get("RECAST_RESULTS_DIR")
+    return Path(env) if env else Path.cwd() / "runs" / "results"
+
+
+def budget_grid(reward_names: tuple[str, ...] | list[str]) -> dict[str, tuple[float, ...]]:
+    """The K + 1 budgets of one setting: "uniform" and "<reward>-heavy" for each reward (`EMPHASIS` on it).
+
+    Raises:
+        ValueError: fewer than two rewards, or duplicate names.
+    """
+    names = tuple(reward_names)
+    K = len(names)
+    if K < 2 or len(set(names)) != K:
+        raise ValueError(f"a budget grid needs at least two distinct rewards, got {names}")
+    grid = {"uniform": tuple(1.0 / K for _ in names)}
+    for k, name in enumerate(names):
+        grid[f"{name}-heavy"] = tuple(EMPHASIS if j == k else (1.0 - EMPHASIS) / (K - 1) for j in range(K))
+    return grid
+
+
+def lambda_grid(world: str, setting: str) -> dict[str, tuple[float, ...]]:
+    """`budget_grid` of a world's named reward setting (reads the world's static description, loads nothing)."""
+    from recast.config import resolve_world
+    from recast.world import world_info
+
+    info = world_info(resolve_world(world))
+    if setting not in info.reward_settings:
+        raise ValueError(f"unknown setting {setting!r} for world {world!r}; choose one of "
+                         f"{sorted(info.reward_settings)}")
+    return budget_grid(info.reward_settings[setting])
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One run of a sweep.
+
+    Attributes:
+        setting, budget, method, seed: the cell and the seed.
+        lam: the budget's λ.
+        out_dir: the run directory.
+        args: the arguments of `python -m recast train` that make it (without --resume / --overwrite).
+    """
+
+    setting: str
+    budget: str
+    lam: tuple[float, ...]
+    method: str
+    seed: int
+    out_dir: Path
+    args: tuple[str, ...]
+
+    @property
+    def command(self) -> str:
+        """The shell command that regenerates this run."""
+        return shlex.join(["python", "-m", "recast", "train", *self.args])
+
+
+def plan_sweep(*, world: str = "data/digit_base", settings: tuple[str, ...] = ("compose", "quality"),
+               budgets: tuple[str, ...] = (), methods: tuple[str, ...] = ("recast", "uniform", "reward_sum"),
+               seeds: tuple[int, ...] = (0, 1, 2), preset: str = "cpu", iterations: int | None = None,
+               sets: dict[str, object] | None = None, out_root: str | os.PathLike = "runs/sweep") -> list[SweepRun]:
+    """Every run of a sweep, in a fixed order, each at the same sample budget (the preset's, or `iterations`).
+
+    Args:
+        world: world spec (all runs share it).
+        settings: reward settings of the world.
+        budgets: budget names to keep (() = all of `lambda_grid`).
+        methods, seeds: every method runs every seed.
+        preset: `recast.config.preset` name.
+        iterations: override of the preset's iterations.
+        sets: extra `--set FIELD=VALUE` overrides shared by every run. A ``rewards`` entry (comma-separated names, or
+            a sequence) replaces the setting's rewards, and the budget grid is built over that list instead.
+        out_root: runs go to ``out_root/<setting>/<budget>/<method>/seed_<s>``.
+
+    Raises:
+        ValueError: an unknown setting or budget name, an unknown method, no seeds, or duplicate seeds.
+    """
+    from recast.config import METHODS, preset as make_preset
+
+    make_preset(preset)  # unknown preset -> ValueError before anything is planned
+    bad = sorted(set(methods) - set(METHODS))
+    if bad or not methods:
+        raise ValueError(f"unknown methods {bad or methods}; choose from {METHODS}")
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct and non-empty, got {seeds}")
+    extra = {"num_threads": 1, **(sets or {})}
+    runs = []
+    rewards = extra.get("rewards")
+    if rewards is not None and not isinstance(rewards, str):
+        extra["rewards"] = rewards = ",".join(rewards)
+    for setting in settings:
+        grid = lambda_grid(world, setting)  # also checks the setting's name
+        if rewards:
+            grid = budget_grid(rewards.split(","))
+        unknown = sorted(set(budgets) - set(grid))
+        if unknown:
+            raise ValueError(f"unknown budgets {unknown} for setting {setting!r}; choose from {sorted(grid)}")
+        for budget, lam in grid.items():
+            if budgets and budget not in budgets:
+                continue
+            for method in methods:
+                for seed in seeds:
+                    out = Path(out_root) / setting / budget / method / f"seed_{seed}"
+                    args = ["--preset", preset, "--world", world, "--setting", setting, "--method", method,
+                            "--lam", ",".join(f"{x:g}" for x in lam), "--seed", str(seed), "--out", str(out)]
+                    if iterations is not None:
+                        args += ["--iterations", str(iterations)]
+                    for k, v in extra.items():
+                        args += ["--set", f"{k}={v}"]
+                    runs.append(SweepRun(setting, budget, lam, method, seed, out, tuple(args)))
+    return runs
+
+
+def is_finished(run: SweepRun) -> bool:
+    """True when the run's last iteration and its final evaluation are on disk."""
+    from recast.trainer.metrics import load_run
+
+    try:
+        r = load_run(run.out_dir)
+    except (FileNotFoundError, ValueError, OSError):
+        return False
+    n = int(r.config.get("iterations", -1))
+    return bool(r.metrics) and r.metrics[-1].get("iteration") == n and bool(r.evals) and \
+        r.evals[-1].get("iteration") == n
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What `run_sweep` did: runs trained, skipped (already finished) and failed (with their stderr tails)."""
+
+    ran: list[SweepRun] = field(default_factory=list)
+    skipped: list[SweepRun] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    wall_time_s: float = 0.0
+
+
+def _launch(run: SweepRun, python: str) -> tuple[SweepRun, int, str]:
+    """Run one training command; resume a killed run from its checkpoint, restart one without a checkpoint."""
+    extra = ["--resume"] if (run.out_dir / "checkpoint.pt").is_file() else \
+        ["--overwrite"] if run.out_dir.exists() and any(run.out_dir.iterdir()) else []
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([python, "-m", "recast", "train", *run.args, *extra], capture_output=True, text=True,
+                          env=env)
+    return run, proc.returncode, proc.stderr[-2000:]
+
+
+def run_sweep(runs: list[SweepRun], *, jobs: int = 1, python: str = sys.executable) -> SweepReport:
+    """Train every unfinished run, `jobs` at a time, each as its own `python -m recast train` process.
+
+    A run that fails does not stop the others; its stderr tail is in `SweepReport.failed`.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    start = time.perf_counter()
+    todo = [r for r in runs if not is_finished(r)]
+    skipped = [r for r in runs if r not in todo]
+    ran, failed = [], {}
+    with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
+        for run, code, err in pool.map(lambda r: _launch(r, python), todo):
+            (ran.append(run) if code == 0 else failed.__setitem__(str(run.out_dir), err))
+    return SweepReport(ran, skipped, failed, time.perf_counter() - start)
