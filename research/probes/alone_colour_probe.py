@@ -1,6 +1,6 @@
 """What does a single-reward run do to colour? The hue the glyphs are drawn in, before and after training.
 
-    python -m recast.experiments.alone --rewards position --seeds 0,1,2,3,4      # the runs (README "Each reward alone")
+    python -m recast.experiments.alone --rewards position --seeds 0,1,2,3,4      # the runs (research/rounds/22-each-reward-alone.md)
     python research/probes/alone_colour_probe.py position                    # about 1 min on 2 cores
 
 For each seed's run under ``runs/alone/<reward>/seed_<s>``: ODE samples of the EMA policy (and, for seed 0, of the

@@ -2,12 +2,12 @@
 
     python research/probes/contrast_probe.py contrast_flat wash_free oracle_not_fade placebo   # runs/alone/<reward>/seed_0..2
 
-For each run of `python -m recast.experiments.alone` it samples the base model (adapters off) and the final EMA policy on 128
-test prompts with the same noise (as `research/probes/alone_samples_probe.py`), and prints and writes to
+For each run of `python -m recast.experiments.alone` it samples the base model (adapters off) and the final EMA policy
+on 128 test prompts with the same noise (as `research/probes/alone_samples_probe.py`), and prints and writes to
 research/tables/contrast_probe.csv: contrast's three factors (`recast.worlds.digits.rewards.digit._contrast_terms`: the
-I^2-weighted ink level and saturation, the darker half's mean), the canvas' peak ink, the judges' inked pixel count
-and glyph side (`recast.worlds.digits.judges.attributes._mask_stats`), and the colour, size, blur and fade verdicts.
-Analysis only (README "The oracle control").
+I^2-weighted ink level and saturation, the darker half's mean), the canvas' peak ink, the judges' inked pixel count and
+glyph side (`recast.worlds.digits.judges.attributes._mask_stats`), and the colour, size, blur and fade verdicts.
+Analysis only (research/rounds/21-oracle-control.md).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""Markdown tables for the README from finished demo folders (`python -m recast demo ... --out DIR`).
+"""Markdown tables for the demo pages from finished demo folders (`python -m recast demo ... --out DIR`).
 
     python research/probes/demo_tables.py runs/demo5_compose runs/demo5_quality
 
 For each folder: base model and per-method change (mean ± std over seeds), and ReCAST − baseline paired over the same
-seeds with its 95 % t-interval (`recast.experiments.demo.paired`); then the sample-efficiency ratios (`recast.experiments.demo.efficiency`).
-Nothing is typed by hand: the README's results tables are this script's output.
+seeds with its 95 % t-interval (`recast.experiments.demo.paired`); then the sample-efficiency ratios
+(`recast.experiments.demo.efficiency`). Nothing is typed by hand: the results tables of
+research/rounds/16-demo-compose.md and research/rounds/17-demo-quality.md are this script's output.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ shift 1 seed 0: 4 substeps, 256 prompts × 8 continuations each), give the centr
   shared), whose samples come from that grid and are not the pooled batches'.
 
 Writes ``research/tables/grid_design.json``. ``--batches`` pools other stored ends instead, e.g. the 16-substep
-continuation of seed 0's batch (README "The grid round")::
+continuation of seed 0's batch (research/rounds/11-grid.md "The grid round")::
 
     python research/probes/grid_design_probe.py --batches runs/ends_s16_x4/seed_0.pt --measured '' --bootstrap 0 \
         --json grid_design_s16.json

@@ -4,8 +4,8 @@
     python research/probes/position_colour_probe.py --world research/worlds/probe_equal_energy \
         --out research/tables/position_colour_probe_equal_energy.csv     # the palette probe's world, its own palette
 
-The README ("Each reward alone") showed that position trained alone draws most glyphs yellow (position_flat and the
-position oracle pay the same colour cost), and that the reward's mean by *prompted* colour is flat. This probe asks
+research/rounds/22-each-reward-alone.md showed that position trained alone draws most glyphs yellow (position_flat and
+the position oracle pay the same colour cost), and that the reward's mean by *prompted* colour is flat. This probe asks
 the question by *drawn* colour, where a policy's choice lies, in two parts:
 
 - **The model** (``model`` rows): ODE samples of the committed base model (10 steps, shift 3; 4,096 train prompts,
@@ -17,7 +17,8 @@ the question by *drawn* colour, where a policy's choice lies, in two parts:
   colours with the same placement, the same injected defects (the base model's stage-4 rates) and the same pixel
   noise. Only the hue differs, so any gap between colours here is the judge's or the reward's, not the model's.
 
-Both parts use the palette of ``--world`` (`recast.worlds.digits.model.load_world` sets it; README "The palette round").
+Both parts use the palette of ``--world`` (`recast.worlds.digits.model.load_world` sets it;
+research/rounds/02-palette.md).
 
 Writes ``research/tables/position_colour_probe.csv`` (one row per part and colour) and prints it as markdown.
 """

@@ -3,9 +3,10 @@
     python research/probes/proxy_steps_probe.py            # against research/tables/informativeness_base_256.json
 
 The committed tweedie estimator reads p_k of the one-step prediction x̂_0 = x_σ − σ v(x_σ). At high σ that image is
-a blurry mean, which hides what is already decided, so tweedie's gains lag the ground truth's (README, "Why tweedie
-misses: it lags"); richer calibrations of the same proxy did not help (`research/probes/tweedie_calibration_probe.py`). Here
-the calibration stays the committed one (univariate, leave-one-out) and the proxy changes:
+a blurry mean, which hides what is already decided, so tweedie's gains lag the ground truth's
+(research/rounds/24-figure-02.md "Why tweedie misses: it lags"); richer calibrations of the same proxy did not help
+(`research/probes/tweedie_calibration_probe.py`). Here the calibration stays the committed one (univariate,
+leave-one-out) and the proxy changes:
 - 1 step: the committed x̂_0 (reproduces the committed tweedie ρ exactly: same batch, same noise order);
 - 2 steps: one Euler step of the probability-flow ODE to the next grid point σ_{j+1}, then its one-step x̂_0;
 - ODE to 0: Euler on the remaining grid points σ_{j+1}, …, σ_T = 0 (T − j passes).

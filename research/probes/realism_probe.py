@@ -12,10 +12,10 @@ Two parts, on the audit's batch (`recast.worlds.digits.audit.sample_world`: 256 
    - ``vs_base_samples``: a discriminator of real canvases against 2,048 base-model samples on *train* prompts (what a
      GAN discriminator or a learned "realism" model fitted to the model's own output would be);
    - ``graded``: real vs degraded with a soft target ``1 - strength`` (a severity regressor instead of a classifier);
-   - ``per_defect``: one logit per taught defect (`recast.worlds.digits.corruption.DEFECTS`, each injected with probability
-     0.4, independently), scored as ``sum_d log(1 - p_d)``, the log-probability that no defect is present.
+   - ``per_defect``: one logit per taught defect (`recast.worlds.digits.corruption.DEFECTS`, each injected with
+     probability 0.4, independently), scored as ``sum_d log(1 - p_d)``, the log-probability that no defect is present.
 
-Nothing here is committed as a reward; the README's "Each reward alone" section quotes the table.
+Nothing here is committed as a reward; research/rounds/25-base-model.md quotes the table.
 """
 
 from __future__ import annotations

@@ -3,12 +3,12 @@
     python research/probes/realism_size_probe.py realism realism_canonical realism_conditional realism_centred placebo \
         --seeds 0,1,2,3,4
 
-For each run of `python -m recast.experiments.alone` it samples the base model (adapters off) and the final EMA policy on 128
-test prompts with the same noise (`recast.experiments.alone.base_and_final_samples`) and writes one row per (reward, seed,
-policy) to research/tables/realism_size_probe.csv: for small and for large prompts the judges' glyph side and inked
-pixel count (`recast.worlds.digits.judges.attributes._mask_stats`), the size judge's pass rate, and the four realism rewards'
-means; and the blur verdict over all samples. Real glyphs are 8 px (small) and 12 px (large). Analysis only (README
-"The realism-size round", "The centred-realism round").
+For each run of `python -m recast.experiments.alone` it samples the base model (adapters off) and the final EMA policy
+on 128 test prompts with the same noise (`recast.experiments.alone.base_and_final_samples`) and writes one row per
+(reward, seed, policy) to research/tables/realism_size_probe.csv: for small and for large prompts the judges' glyph side
+and inked pixel count (`recast.worlds.digits.judges.attributes._mask_stats`), the size judge's pass rate, and the four
+realism rewards' means; and the blur verdict over all samples. Real glyphs are 8 px (small) and 12 px (large). Analysis
+only (research/rounds/05-realism-size.md, research/rounds/04-centred-realism.md).
 """
 
 from __future__ import annotations

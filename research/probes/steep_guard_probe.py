@@ -3,9 +3,10 @@
     python research/probes/steep_guard_probe.py      # ~2-3 min; needs runs/ends (research/probes/timing_cache.py record --seed 0 / 1)
                                              # and runs/alone/sharpness_steep{,_hinged} (python -m recast.experiments.alone)
 
-Trained alone, sharpness_steep hacks (README "Each reward alone"): its policy erases the glyph to a faint mark whose
-few steps are steep relative to the mark's own low peak. Each guard below is sharpness_steep's slope
-(`recast.worlds.digits.rewards.steep.steep_slope`) times a gate on the ink mass, or read against a floored peak:
+Trained alone, sharpness_steep hacks (research/rounds/22-each-reward-alone.md "Each reward alone"): its policy erases
+the glyph to a faint mark whose few steps are steep relative to the mark's own low peak. Each guard below is
+sharpness_steep's slope (`recast.worlds.digits.rewards.steep.steep_slope`) times a gate on the ink mass, or read against
+a floored peak:
 
 - ``gate``: the soft gate ``1 - exp(-sum J / 2)`` (sharpness_steep itself, and sharpness for reference);
 - ``hinge m``: ``min(1, sum J / m)``, a linear hinge that binds on the faintest base samples;
@@ -24,8 +25,8 @@ when that difference is negative. ``hack_hinged`` is the same difference on shar
 second route (a thinned, textured glyph above the hinge). Writes ``research/tables/steep_guard_probe.csv``.
 
 It also describes what each single-reward run in ``--sample-runs`` did to its samples (the same draws: seeds 0 and 1,
-base against final; ``research/tables/steep_guard_probe_samples.csv``): the median ink mass and peak, the median count of
-steep glyph steps (a soft count of speck-masked steps of at least half the peak, `steep_steps`) and the median share
+base against final; ``research/tables/steep_guard_probe_samples.csv``): the median ink mass and peak, the median count
+of steep glyph steps (a soft count of speck-masked steps of at least half the peak, `steep_steps`) and the median share
 of the horizontal step mass that reverses sign at the next pixel (`alternation`, 0 on a smooth glyph edge, 1 on a
 checkerboard). Analysis only.
 """

@@ -7,13 +7,13 @@
 
 docs/method.md §5 asks for continuations "on a sub-grid fine enough" that their ends, given x_σ, follow the model's
 posterior. Notebook 02 uses 4 ancestral (η = 1) substeps per step of the 6-step grid. If that were too coarse, the
-ends would be biased, and so would every timing the README reads from them (the centre of mass of each reward's
-gains) and the lag it reports for tweedie. This scores every setting reward and the blur and speckle verdicts on the
-stored ends of the same 256 prompts drawn with 8 substeps (seed 0) and compares them with the committed 4-substep
-batches. The null is the committed replicate: 4 substeps, seed 1, against seed 0. A sub-grid is fine enough where
-doubling it moves the centre of mass of the gains no more than a second seed does. It also scores the committed
-tweedie gains of seed 0 (`research/tables/informativeness_base_256.json`) against each ground truth: if the lag were
-the coarse sub-grid's, tweedie would agree better with the finer one than with the same sub-grid's other batch (the
+ends would be biased, and so would every timing research/rounds/24-figure-02.md reads from them (the centre of mass of
+each reward's gains) and the lag it reports for tweedie. This scores every setting reward and the blur and speckle
+verdicts on the stored ends of the same 256 prompts drawn with 8 substeps (seed 0) and compares them with the committed
+4-substep batches. The null is the committed replicate: 4 substeps, seed 1, against seed 0. A sub-grid is fine enough
+where doubling it moves the centre of mass of the gains no more than a second seed does. It also scores the committed
+tweedie gains of seed 0 (`research/tables/informativeness_base_256.json`) against each ground truth: if the lag were the
+coarse sub-grid's, tweedie would agree better with the finer one than with the same sub-grid's other batch (the
 8-substep batch draws its own x_0, so it is another batch as well as another sub-grid).
 
 Two optional batches extend it where present. ``--finest``: 16 substeps, its own clean batch (a third point, to see

@@ -11,7 +11,7 @@
     python research/probes/timing_cache.py score sharpness speck_free verdict:not_blur
     python research/probes/timing_cache.py score sharpness --module my_rewards   # my_rewards.sharpness(images, prompts)
     python research/probes/timing_cache.py score sharpness sharpness_steep speck_free speck_free_abs verdict:not_blur \
-        verdict:not_speckle --csv timing_candidates.csv      # the committed table (README)
+        verdict:not_speckle --csv timing_candidates.csv      # the committed table (research/rounds/14-stored-ends.md)
 
 `record` draws what notebook 02 draws at its committed size (256 prompts spread over the train prompts, 8
 continuations, seed 0 and replicate seed 1), so `score` gives figure 02's D for every registered reward exactly. Its

@@ -1,6 +1,6 @@
-"""`research/probes/position_colour_probe.py` (README "Position's colour cost, by drawn colour"): its helpers on canvases
-with a known answer, the committed table's real-canvas rows re-derived, and what the README reads from its model
-rows."""
+"""`research/probes/position_colour_probe.py` (research/rounds/03-tile-from-scratch.md "Position's colour cost, by drawn
+colour"): its helpers on canvases with a known answer, the committed table's real-canvas rows re-derived, and what that
+page reads from its model rows."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from tests.helpers import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rows() -> list[dict]:

@@ -1,6 +1,6 @@
-"""The palette round (README "The palette round"): the equal-energy world `research/worlds/probe_equal_energy`, its audit, where
-its base model settles each colour's quadrant, and what position_flat alone does to colour there. Each committed
-table is re-derived where CI can afford it, and read for exactly what the README says of it."""
+"""The palette round (research/rounds/02-palette.md): the equal-energy world `research/worlds/probe_equal_energy`, its
+audit, where its base model settles each colour's quadrant, and what position_flat alone does to colour there. Each
+committed table is re-derived where CI can afford it, and read for exactly what that page says of it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "research" / "tables"
 WORLD = ROOT / "research" / "worlds" / "probe_equal_energy"
 

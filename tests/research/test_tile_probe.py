@@ -1,6 +1,6 @@
-"""The tile probe (`research/probes/tile_timing_probe.py`, README "The tile probe"): its plate-aware front end, and the
-committed tables it wrote, re-derived where CI can afford it (real canvases, the committed tile-0.4 fine-tune) and
-checked for what the README reads from them where it cannot (the timing ends are 18 MB a batch)."""
+"""The tile probe (`research/probes/tile_timing_probe.py`, research/rounds/08-tile-probe.md): its plate-aware front end,
+and the committed tables it wrote, re-derived where CI can afford it (real canvases, the committed tile-0.4 fine-tune)
+and checked for what that page reads from them where it cannot (the timing ends are 18 MB a batch)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "research" / "tables"
 
 
@@ -124,9 +124,9 @@ def test_world_tile_reads_the_pretrain_config_then_the_folder_name(tmp_path):
 
 
 def test_committed_tile_rewards_table_is_reproduced_at_tile_0_4():
-    """`rewards`' tile-0.4 rows (512 real canvases), recomputed; and what the README reads from them: every raw
-    reward separates at AUC ≥ 0.89, the raw judges break on correct tiled canvases (digit 0.33, size 0.51, not_blur
-    0.48), and unplating restores them (≥ 0.79) and the digit reward's AUC (0.898 -> 0.989)."""
+    """`rewards`' tile-0.4 rows (512 real canvases), recomputed; and what research/rounds/08-tile-probe.md reads from
+    them: every raw reward separates at AUC ≥ 0.89, the raw judges break on correct tiled canvases (digit 0.33, size
+    0.51, not_blur 0.48), and unplating restores them (≥ 0.79) and the digit reward's AUC (0.898 -> 0.989)."""
     probe = _probe()
     committed = [r for r in _csv("tile_rewards.csv") if float(r["tile"]) == 0.4]
     fresh = probe.reward_rows([0.4], n=512)
@@ -147,10 +147,11 @@ def test_committed_tile_rewards_table_is_reproduced_at_tile_0_4():
 
 
 def test_committed_tile_bands_are_reproduced_on_the_committed_tile_fine_tune():
-    """`bands` of research/worlds/probe_tile0.4 (256 test prompts, ODE 10 steps, seed 0), recomputed bit for bit; and what the
-    README reads from them: colour and position stay in band, the digit judge leaves its band on either front (0.13
-    unplated, 0.15 raw), the fade defect leaves it once unplated (0.00; 0.29 raw), and digit, sharpness and speck_free lose the agreement (< 0.8) on either front. The control rows of the
-    committed base are its audit (`tests/test_base_model.py`, README)."""
+    """`bands` of research/worlds/probe_tile0.4 (256 test prompts, ODE 10 steps, seed 0), recomputed bit for bit; and
+    what research/rounds/08-tile-probe.md reads from them: colour and position stay in band, the digit judge leaves its
+    band on either front (0.13 unplated, 0.15 raw), the fade defect leaves it once unplated (0.00; 0.29 raw), and digit,
+    sharpness and speck_free lose the agreement (< 0.8) on either front. The control rows of the committed base are its
+    audit (`tests/test_base_model.py`, research/rounds/25-base-model.md)."""
     from recast.worlds.digits.judges.agreement import MATCHING_VERDICT
 
     probe = _probe()
@@ -177,12 +178,12 @@ def test_committed_tile_bands_are_reproduced_on_the_committed_tile_fine_tune():
 
 
 def test_committed_tile_timing_table_says_what_the_readme_reads_from_it():
-    """`timing` of the three worlds' stored ends (64 train prompts x 8 continuations x 16 substeps, batches 0 and
-    1; README "The tile probe"): the 18 MB ends per batch are not committed, so this checks the committed table.
-    At tile 0.4 colour and position are decided in the noisiest third (centre of mass ≤ 1.5) in both batches, the
-    raw digit reward early (it reads the plate) and the unplated one mid; the textures stay late; colour moves
-    earlier with every step of the plate in both batches; the tile-0 control's largest gap to figure 02 (256
-    prompts, `timing_s16.csv`) is the floor that the attributes' moves exceed and the textures' do not."""
+    """`timing` of the three worlds' stored ends (64 train prompts x 8 continuations x 16 substeps, batches 0 and 1;
+    research/rounds/08-tile-probe.md): the 18 MB ends per batch are not committed, so this checks the committed table.
+    At tile 0.4 colour and position are decided in the noisiest third (centre of mass ≤ 1.5) in both batches, the raw
+    digit reward early (it reads the plate) and the unplated one mid; the textures stay late; colour moves earlier with
+    every step of the plate in both batches; the tile-0 control's largest gap to figure 02 (256 prompts,
+    `timing_s16.csv`) is the floor that the attributes' moves exceed and the textures' do not."""
     rows = _csv("tile_timing.csv")
     com = {(r["folder"], r["name"], int(r["seed"])): _num(r["com"]) for r in rows}
     band = {(r["folder"], r["name"], int(r["seed"])): (_num(r["com_lo"]), _num(r["com_hi"])) for r in rows}
@@ -215,7 +216,7 @@ def test_committed_tile_timing_table_says_what_the_readme_reads_from_it():
 
 def test_tile_from_scratch_keeps_the_plate_s_digit_cost():
     """`bands` of research/worlds/probe_tile0.4_scratch, the committed base model's four-stage recipe with the plate from the
-    first step (README "The tile-from-scratch round"), recomputed bit for bit. The fine-tune's digit loss is the
+    first step (research/rounds/03-tile-from-scratch.md), recomputed bit for bit. The fine-tune's digit loss is the
     plate's, not the fine-tune's: from scratch the digit judge is still out of its band on every front (0.16
     unplated, 0.17 raw, 0.23 at each sample's own plate level; the fine-tune's 0.13, 0.15, 0.21), and digit,
     sharpness and speck_free still miss the agreement; colour and position stay in band."""
