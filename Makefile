@@ -1,13 +1,14 @@
 # Two commands set up and use a fresh machine (Python 3.11, no GPU):
 #   make demo   runs the main job on the embedded default
-#   make test   runs every test, notebooks included
+#   make test   runs every test, notebooks included (CI runs this)
+# Tiers of make test: test-fast (the library's unit tests, under 2 min), test-slow, test-research, test-notebooks.
 # Both create .venv on first use; the constraints file keeps torch on its CPU build.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench install clean
+.PHONY: demo test test-fast test-slow test-research test-notebooks figures readme-tables bench install clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +23,26 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest --nbmake tests notebooks
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests -m "not slow and not research and not gpu" -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest tests -m "slow and not research" -q
+
+test-research: $(STAMP)
+	$(BIN)/python -m pytest tests -m research -q
+
+test-notebooks: $(STAMP)
+	$(BIN)/python -m pytest --nbmake notebooks -q
+
+# the committed figures/ and the tables their notebooks write, from their recipes (hours: scripts/figures.py --list)
+figures: $(STAMP)
+	$(BIN)/python scripts/figures.py $(FIGURES)
+
+# the README's results tables, from research/tables
+readme-tables: $(STAMP)
+	$(BIN)/python scripts/readme_tables.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_solver.py

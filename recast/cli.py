@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--iterations", type=int, help="override the preset's iterations")
     d.add_argument("--workers", type=int, help="parallel training processes (default: CPU count)")
     d.add_argument("--out", default="runs/demo", help="folder for the runs and results.{json,csv}")
-    d.add_argument("--figure", default=None, help="figure name in figures/ (default: demo_<setting>)")
+    d.add_argument("--figure", default=None, help="figure name, written beside the results (default: demo_<setting>)")
     from recast.experiments import profile
 
     profile.add_parser(sub)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["lower_is_better", "PairedDiff", "paired_difference", "count_resolution", "tally", "images_to_reach",
-           "efficiency_ratio"]
+           "efficiency_ratio", "interval_p_value", "holm"]
 
 _LOWER_IS_BETTER = ("judge/fid", "judge/defect_", "fid", "defect_")
 
@@ -98,6 +98,56 @@ def paired_difference(a: Sequence[float], b: Sequence[float], *, higher_is_bette
     lo, hi = mean - half, mean + half
     better, worse = (lo > 0, hi < 0) if higher_is_better else (hi < 0, lo > 0)
     return PairedDiff(n, mean, lo, hi, "win" if better else "loss" if worse else "tie", confidence)
+
+
+def interval_p_value(diff: float, ci_low: float, ci_high: float, n: int, confidence: float = 0.95) -> float:
+    """The two-sided p-value of a paired mean difference, recovered from its t-interval (`paired_difference`).
+
+    The interval is ``diff ± t_{n-1}(0.5 + confidence / 2) · se``, so ``se`` and the t statistic follow from its
+    width; committed tables that keep only the interval can then enter a family-wise correction (`holm`).
+
+    Raises:
+        ValueError: fewer than two pairs, a confidence outside (0, 1), or an interval that is not finite or does not
+            contain ``diff``.
+    """
+    from scipy.stats import t as student_t
+
+    if n < 2:
+        raise ValueError(f"a p-value needs at least two pairs, got n={n}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if not all(map(math.isfinite, (diff, ci_low, ci_high))) or not ci_low <= diff <= ci_high:
+        raise ValueError(f"the interval [{ci_low}, {ci_high}] must be finite and contain the difference {diff}")
+    half = (ci_high - ci_low) / 2
+    if half == 0:
+        return 1.0 if diff == 0 else 0.0
+    se = half / float(student_t.ppf(0.5 + confidence / 2, n - 1))
+    return float(2 * student_t.sf(abs(diff) / se, n - 1))
+
+
+def holm(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
+    """Holm's step-down procedure: which hypotheses of one family are rejected at family-wise error ``alpha``.
+
+    Sort the m p-values ascending; reject while ``p_(i) <= alpha / (m - i)`` (i from 0), stop at the first that is not.
+    Controls the chance of any false rejection in the family at ``alpha`` under any dependence.
+
+    Returns:
+        one flag per input, in input order.
+
+    Raises:
+        ValueError: a p-value outside [0, 1] or NaN, or alpha outside (0, 1).
+    """
+    p = [float(x) for x in p_values]
+    if any(not 0 <= x <= 1 for x in p):  # NaN fails both comparisons
+        raise ValueError(f"p-values must lie in [0, 1], got {p}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    m, reject = len(p), [False] * len(p)
+    for i, k in enumerate(sorted(range(m), key=lambda j: (p[j], j))):
+        if p[k] > alpha / (m - i):
+            break
+        reject[k] = True
+    return reject
 
 
 def tally(verdicts: Sequence[str]) -> dict[str, int]:

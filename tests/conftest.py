@@ -27,8 +27,22 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(path, ignore_errors=True)
 
 
+TIERS = """Test tiers (README "Tests"; markers are set here, by folder, or on the test):
+  unit      every test under tests/ not marked otherwise: the library's properties and closed forms (make test-fast)
+  slow      a library test that trains, samples many images or spawns processes (more than about a second)
+  research  pins a committed research table, probe script or probe world (tests/research/, or marked in place)
+  notebook  a notebook run end to end by nbmake (notebooks/)
+  gpu       needs a CUDA device (skipped without one)"""
+
+
 def pytest_collection_modifyitems(config, items):
-    """Skip `gpu`-marked tests on machines without CUDA, with the reason shown."""
+    """Mark each test's tier (`TIERS`), and skip `gpu`-marked tests on machines without CUDA, with the reason shown."""
+    for item in items:
+        path = item.path.as_posix()
+        if "/tests/research/" in path:
+            item.add_marker(pytest.mark.research)
+        elif path.endswith(".ipynb"):
+            item.add_marker(pytest.mark.notebook)
     try:
         import torch
 

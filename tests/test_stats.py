@@ -166,3 +166,49 @@ def test_efficiency_row_interval_collapses_without_seed_noise_and_reads_not_reac
     assert efficiency_label(mixed).endswith("[0.25, not reached]")
     with pytest.raises(ValueError, match="one shape"):
         efficiency_row(x, [fast] * 3, [slow] * 2)
+
+
+def test_interval_p_value_inverts_the_t_interval():
+    from scipy.stats import ttest_1samp
+
+    from recast.stats import interval_p_value
+
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 5, 12):
+        d = rng.normal(0.3, 1.0, n)
+        r = paired_difference(d, np.zeros(n))
+        assert interval_p_value(r.mean, r.ci_low, r.ci_high, n) == pytest.approx(ttest_1samp(d, 0).pvalue, rel=1e-9)
+    # the interval's edge sits exactly at p = 1 - confidence
+    assert interval_p_value(1.0, 0.0, 2.0, 4) == pytest.approx(0.05)
+    assert interval_p_value(0.5, 0.0, 1.0, 4, confidence=0.9) == pytest.approx(0.10)
+    assert interval_p_value(0.0, -1.0, 1.0, 3) == 1.0
+    assert interval_p_value(0.2, 0.2, 0.2, 3) == 0.0  # zero width, nonzero difference
+    for bad in [(0.1, 0.0, 1.0, 1), (2.0, 0.0, 1.0, 3), (0.1, float("nan"), 1.0, 3)]:
+        with pytest.raises(ValueError):
+            interval_p_value(*bad)
+    with pytest.raises(ValueError, match="confidence"):
+        interval_p_value(0.5, 0.0, 1.0, 3, confidence=1.0)
+
+
+def test_holm_steps_down_and_stops_at_the_first_acceptance():
+    from recast.stats import holm
+
+    # m = 4: thresholds 0.0125, 0.0167, 0.025, 0.05 on the sorted p-values
+    assert holm([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]  # 0.03 > 0.025 stops the descent
+    assert holm([0.01, 0.016, 0.024, 0.049]) == [True, True, True, True]
+    assert holm([0.03, 0.001]) == [True, True]  # 0.001 <= 0.025, then 0.03 <= 0.05
+    assert holm([0.03, 0.026]) == [False, False]  # 0.026 > 0.025 stops at once
+    assert holm([]) == []
+    assert holm([0.05]) == [True] and holm([0.0501]) == [False]
+    # never rejects more than the uncorrected test, never fewer than Bonferroni
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        p = rng.uniform(0, 0.1, rng.integers(1, 20)).tolist()
+        h = holm(p)
+        assert all(x <= 0.05 for x, r in zip(p, h) if r)
+        assert all(r for x, r in zip(p, h) if x <= 0.05 / len(p))
+    for bad in ([1.5], [float("nan")], [-0.1]):
+        with pytest.raises(ValueError, match="p-values"):
+            holm(bad)
+    with pytest.raises(ValueError, match="alpha"):
+        holm([0.1], alpha=0)

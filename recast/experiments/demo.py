@@ -5,7 +5,7 @@
 Each (method, seed) is a full training run (`recast.trainer.train`) in `out_dir/<method>/seed_<s>`; runs are spread
 over worker processes (one torch thread each). The summary — mean ± std over seeds of every training reward and
 held-out judge, at the base model and at the end — is written to `out_dir/results.{json,csv}`, printed as a markdown
-table, and drawn in `figures/<figure_name>.{png,pdf}`.
+table, and drawn in `<out>/<figure_name>.{png,pdf}` (in $RECAST_FIGURES_DIR when that is set).
 """
 
 from __future__ import annotations
@@ -171,7 +171,8 @@ def run_demo(
     if figure_name:
         from recast.plotting import savefig
 
-        savefig(plot_demo(runs, rows), figure_name)
+        # beside its results unless the caller points figures elsewhere (make figures: the committed figures/)
+        savefig(plot_demo(runs, rows), figure_name, outdir=None if os.environ.get("RECAST_FIGURES_DIR") else out)
     return result
 
 

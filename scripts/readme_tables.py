@@ -1,0 +1,145 @@
+"""The README's results tables, generated from the committed tables in research/tables (never typed by hand).
+
+    python scripts/readme_tables.py            # rewrite the tables between the README's <!-- table:NAME --> markers
+    python scripts/readme_tables.py --check    # exit 1 if the README's tables differ from the committed data
+
+Every comparison is paired over seeds (same seeds, base model, prompts and sample budget). A cell is a win or a loss
+at 95 % when its t-interval excludes zero; read many judges at once and some cells pass by chance, so each family
+(one baseline, one setting) is also read with Holm's correction at family-wise 5 %, the p-values recovered from the
+committed intervals (`recast.stats.interval_p_value`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLES = ROOT / "research" / "tables"
+MARK = re.compile(r"(<!-- table:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table:(?P=name) -->)", re.S)
+NAMES = {"method": "ReCAST", "recast": "ReCAST", "fixed": "fixed W", "uniform": "uniform", "reward_sum": "reward_sum"}
+
+
+def _rows(path: Path) -> list[dict]:
+    from recast.io import read_csv
+
+    return read_csv(path)
+
+
+def with_holm(rows: list[dict], family: tuple[str, ...]) -> list[dict]:
+    """``rows`` (paired-difference rows: n, diff, ci_low, ci_high, verdict) with ``p`` and ``holm`` ("win", "loss"
+    or "tie" after Holm's correction within each group of equal ``family`` columns) added."""
+    from recast.stats import holm, interval_p_value
+
+    out = [dict(r, p=interval_p_value(float(r["diff"]), float(r["ci_low"]), float(r["ci_high"]), int(r["n"])))
+           for r in rows]
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(out):
+        groups.setdefault(tuple(r[c] for c in family), []).append(i)
+    for idx in groups.values():
+        for i, keep in zip(idx, holm([out[i]["p"] for i in idx])):
+            out[i]["holm"] = out[i]["verdict"] if keep else "tie"
+    return out
+
+
+def _fmt(r: dict) -> str:
+    f = "{:+.1f} [{:+.1f}, {:+.1f}]" if r["metric"].endswith("fid") else "{:+.3f} [{:+.3f}, {:+.3f}]"
+    cell = f.format(float(r["diff"]), float(r["ci_low"]), float(r["ci_high"]))
+    mark = {"win": " **W**", "loss": " *L*"}.get(r["verdict"], "")
+    return cell + mark + (" (Holm)" if r["holm"] != "tie" else "")
+
+
+def demo_table(results: Path = TABLES) -> str:
+    """The demo's 5-seed paired table per setting: ReCAST − uniform and ReCAST − reward_sum on every held-out judge."""
+    out = []
+    for setting in ("compose", "quality"):
+        rows = [r for r in _rows(results / f"demo5_{setting}_paired.csv") if r["metric"].startswith("judge/")]
+        rows = with_holm(rows, ("baseline",))
+        baselines = list(dict.fromkeys(r["baseline"] for r in rows))
+        n = rows[0]["n"]
+        out += [f"**{setting}** ({n} seeds, `research/tables/demo5_{setting}_paired.csv`)", "",
+                "| judge | " + " | ".join(f"ReCAST − {b} [95 % CI]" for b in baselines) + " |",
+                "|---|" + "---|" * len(baselines)]
+        for metric in dict.fromkeys(r["metric"] for r in rows):
+            by = {r["baseline"]: r for r in rows if r["metric"] == metric}
+            lower = " (lower is better)" if metric.startswith(("judge/fid", "judge/defect_")) else ""
+            out.append(f"| {metric.removeprefix('judge/')}{lower} | " + " | ".join(_fmt(by[b]) for b in baselines)
+                       + " |")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _tally(rows: list[dict], key: str) -> str:
+    return " / ".join(str(sum(r[key] == v for r in rows)) for v in ("win", "tie", "loss"))
+
+
+def sweep_table(results: Path = TABLES) -> str:
+    """The λ-sweep on 1,024 judged samples per run (3 seeds): win / tie / loss of each comparison per setting, at
+    95 % per cell and after Holm within the family; then every cell that survives Holm."""
+    sources = [("judge_eval_1024_compare.csv", None), ("fixed_w_glyph_compose_compare.csv", None)]
+    rows = []
+    for name, _ in sources:
+        for r in _rows(results / name):
+            rows.append(dict(r, source=name))
+    rows = with_holm(rows, ("source", "method", "baseline", "setting"))
+    fam = list(dict.fromkeys((r["source"], r["method"], r["baseline"], r["setting"]) for r in rows))
+    out = ["| comparison | setting | cells | win / tie / loss at 95 % per cell | expected by chance | win / tie / loss "
+           "after Holm | source |", "|---|---|---|---|---|---|---|"]
+    survivors = []
+    for source, method, baseline, setting in fam:
+        cells = [r for r in rows if (r["source"], r["method"], r["baseline"], r["setting"]) ==
+                 (source, method, baseline, setting)]
+        out.append(f"| {NAMES[method]} − {NAMES[baseline]} | {setting} | {len(cells)} | {_tally(cells, 'verdict')} | "
+                   f"{0.05 * len(cells):.1f} | {_tally(cells, 'holm')} | `{source}` |")
+        survivors += [(NAMES[method], NAMES[baseline], c) for c in cells if c["holm"] != "tie"]
+    out.append("")
+    if survivors:
+        out.append("Cells that survive Holm:")
+        out.append("")
+        for m, b, c in survivors:
+            out.append(f"- {m} − {b}, {c['setting']} / {c['budget']} / {c['metric'].removeprefix('judge/')}: "
+                       f"{_fmt(c)} ({c['holm']})")
+    else:
+        out.append("No cell survives Holm.")
+    return "\n".join(out).rstrip() + "\n"
+
+
+TABLE_FUNCS = {"demo": demo_table, "sweep": sweep_table}
+
+
+def render(text: str, results: Path = TABLES) -> str:
+    """``text`` with the body between each ``<!-- table:NAME -->`` / ``<!-- /table:NAME -->`` pair regenerated.
+
+    Raises:
+        ValueError: a marker naming no table.
+    """
+    def fill(m: re.Match) -> str:
+        if m["name"] not in TABLE_FUNCS:
+            raise ValueError(f"unknown table {m['name']!r}; known: {', '.join(TABLE_FUNCS)}")
+        return m.group(1) + TABLE_FUNCS[m["name"]](results) + m.group(4)
+
+    return MARK.sub(fill, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="only compare; exit 1 when the README is stale")
+    p.add_argument("--readme", default=str(ROOT / "README.md"))
+    a = p.parse_args(argv)
+    path = Path(a.readme)
+    text = path.read_text()
+    new = render(text)
+    if a.check:
+        if new != text:
+            print(f"{path}: tables differ from research/tables; run python scripts/readme_tables.py", file=sys.stderr)
+            return 1
+        return 0
+    if new != text:
+        path.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
