@@ -4,16 +4,15 @@ Run: `python benchmarks/continuation_proxy_cost.py [--threads 2] [--repeats 3]` 
 `--out FILE` also writes it).
 
 Tweedie lags the ground truth because p_k(x̂_0) of one posterior mean is not the mean of p_k over the posterior
-(README, "What figure 02 says"). The remedy named there is to average p_k over a few stochastic continuations of
-each trained state, which is the ground truth's own kind of cost. This benchmark prices it at the `cpu` preset's
-sizes (32 samples, the 6-step grid with its time shift, 3 trained columns per sample drawn from all 6), against
+(research/rounds/24-figure-02.md "What figure 02 says"). The remedy named there is to average p_k over a few stochastic
+continuations of each trained state, which is the ground truth's own kind of cost. This benchmark prices it at the `cpu`
+preset's sizes (32 samples, the 6-step grid with its time shift, 3 trained columns per sample drawn from all 6), against
 the phase the trainer already spends on sampling (the T-step ODE of 32 samples). For scale it also times the x̂_0
-forward passes of the trained columns; tweedie does not pay for them, because the NFT loss makes them anyway (its
-own measured cost, scoring the x̂_0, is 0.86 % of an iteration: `bench_trainer.py`). A continuation from grid index
-j runs the ancestral step down the remaining T − j grid steps with ``substeps`` each; its cost per trained column
-is averaged over j = 0 … T − 1, as the trainer draws its columns. The share of an iteration follows from the
-sampling phase's share of a uniform iteration in `benchmarks/results/trainer.json` (the same preset, measured by
-`bench_trainer.py`).
+forward passes of the trained columns; tweedie does not pay for them, because the NFT loss makes them anyway (its own
+measured cost, scoring the x̂_0, is 0.86 % of an iteration: `bench_trainer.py`). A continuation from grid index j runs
+the ancestral step down the remaining T − j grid steps with ``substeps`` each; its cost per trained column is averaged
+over j = 0 … T − 1, as the trainer draws its columns. The share of an iteration follows from the sampling phase's share
+of a uniform iteration in `benchmarks/results/trainer.json` (the same preset, measured by `bench_trainer.py`).
 """
 
 from __future__ import annotations

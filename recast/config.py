@@ -164,28 +164,27 @@ _PRESETS = {
     # other judge up), 3, 10 and 30 fail on the blur defect (+0.053 +- 0.035 at 3): 2 is the smallest passing weight
     # of {1, 2, 3, 10, 30}. On the 64-sample evaluations 1 failed on colour and 3 passed, which set 3 until the
     # measurement was sharpened. One weight for both settings would be 10 (compose at 3: blur defect +0.031 +-
-    # 0.016), which learns a third as much (README "Training that improves the judges", research/tables/kl_tuning_*).
+    # 0.016), which learns a third as much (research/rounds/23-kl-tuning.md, research/tables/kl_tuning_*).
     # ema_decay: 0.9, and 0 in compose, whose uniform baseline fails at 0.9 on the blur defect (+0.029 +- 0.024 at
     # 256 samples) and passes at 0 (-0.009 +- 0.010; +0.010 +- 0.010 on 1,024 samples, a narrow pass): at 30
     # iterations the EMA policy is blurrier than the weights
-    # (research/probes/compose_variants.py, research/probes/ema_blur_probe.py). In quality the EMA and the raw weights blur alike
-    # (at kl_beta 3: +0.055 and +0.059), so quality keeps 0.9.
-    # Quality's default budgets became sharpness-heavy after this tuning (recast.worlds.digits.rewards.BUDGETS); with them 1
-    # still fails (16 fresh draws pooled: colour -0.068 +- 0.058, strict -0.011 +- 0.003), so 2 stays.
-    # Tuned on uniform only. A reward list (`rewards=`) or another setting gets the preset's values; an explicit
-    # field always wins.
+    # (research/probes/compose_variants.py, research/probes/ema_blur_probe.py). In quality the EMA and the raw weights
+    # blur alike (at kl_beta 3: +0.055 and +0.059), so quality keeps 0.9. Quality's default budgets became
+    # sharpness-heavy after this tuning (recast.worlds.digits.rewards.BUDGETS); with them 1 still fails (16 fresh draws
+    # pooled: colour -0.068 +- 0.058, strict -0.011 +- 0.003), so 2 stays. Tuned on uniform only. A reward list
+    # (`rewards=`) or another setting gets the preset's values; an explicit field always wins.
     "cpu": dict(world="data/digit_base", iterations=30, prompts_per_iter=4, group_size=8, num_steps=6,
                 train_columns=3, lora_rank=8, lora_alpha=16.0, lr=1e-3, eval_prompts=64,
                 eval_every=15, kl_beta=1.0),  # torch's default threads: 55 s of training on 2 cores
     # one GPU, a larger digit-world run
     # The tracker's estimate is CPU work that grows with the pooled pairs; on an H200 it cost 15 % of an iteration
     # with every sample's x0_hat scored and W re-solved each iteration, 1.8 % with 32 samples every 4th iteration
-    # (README "Benchmarks"; 32 samples x 9 columns x a 16-iteration window still pools ~460 pairs per column).
+    # (benchmarks/README.md; 32 samples x 9 columns x a 16-iteration window still pools ~460 pairs per column).
     "gpu": dict(world="data/digit_base", device="cuda", iterations=400, prompts_per_iter=16, group_size=8,
                 num_steps=10, train_columns=9, lora_rank=32, lora_alpha=64.0, lr=3e-4, kl_beta=1.0,
                 informativeness_subset=32, recast_every=4,
                 eval_prompts=256, eval_every=50, checkpoint_every=50, grid_every=50),
-    # SD3.5-Medium at DiffusionNFT's scale (docs: README "Paper scale"); never run on these machines. Per process:
+    # SD3.5-Medium at DiffusionNFT's scale (docs/paper-scale.md); never run on these machines. Per process:
     # 6 prompts x 24 samples, so 8 GPUs draw DiffusionNFT's 48 prompts x 24 images per iteration, in micro-batches
     # of 9 (16 accumulation steps); 10 steps, 9 of them trained; LoRA r32 / alpha 64, AdamW 3e-4, bf16. Point
     # --world at a local pipeline folder (or a hub id where downloads are allowed).
@@ -228,7 +227,7 @@ def resolve_world(world: str) -> str:
 
 # fields by reward setting, for presets tuned per setting on the uniform baseline (see the comment above the cpu
 # preset): kl_beta 2 in quality; in compose the raw trained weights are evaluated (ema_decay 0), because at 30
-# iterations the EMA of the LoRA weights blurs (README "Training that improves the judges")
+# iterations the EMA of the LoRA weights blurs (research/rounds/23-kl-tuning.md)
 _SETTING_DEFAULTS: dict[str, dict[str, dict[str, float]]] = {
     "cpu": {"quality": {"kl_beta": 2.0}, "compose": {"ema_decay": 0.0}},
     "gpu": {"quality": {"kl_beta": 2.0}},  # follows the cpu preset's tuning; not tuned at the gpu preset's scale

@@ -110,8 +110,9 @@ def test_rule_false_alarm_has_the_closed_form_at_three_seeds_and_matches_a_simul
 
 
 def test_eight_clean_rewards_rarely_all_pass_the_rule_at_five_seeds():
-    """What the README's targets table reads from `rule_false_alarm`: over 9 judges a reward with no true cost fails
-    with probability 0.336 at 5 seeds, so 8 such rewards all pass with probability 0.04; at 10 seeds, 0.66."""
+    """What the targets table (research/rounds/01-targets.md) reads from `rule_false_alarm`: over 9 judges a reward with
+    no true cost fails with probability 0.336 at 5 seeds, so 8 such rewards all pass with probability 0.04; at 10 seeds,
+    0.66."""
     from recast.experiments.alone import rule_false_alarm
 
     assert rule_false_alarm(5, 9) == pytest.approx(0.336, abs=5e-4)
@@ -306,10 +307,13 @@ def test_draw_spread_refuses_an_incomplete_matrix():
         draw_spread([r for r in rows if r["noise_seed"] == 10], "judge/strict")
 
 
+@pytest.mark.research
 def test_committed_draw_spreads_give_the_readme_verdicts():
-    """The uniform-baseline verdicts the README reads from the committed re-scorings (research/probes/draw_spread.py):
-    pooled over 16 draws quality passes every judge (and fails at kl_beta 1) and compose fails on blur alone; compose
-    with the sharpness reward added passes every judge, blur improving; on notebook 06's draw (noise seed 0) both settings fail on blur."""
+    """The uniform-baseline verdicts that research/rounds/19-lambda-sweep.md ("One 256-sample draw cannot decide") and
+    research/rounds/23-kl-tuning.md read from the committed re-scorings (research/probes/draw_spread.py): pooled over 16
+    draws quality passes every judge (and fails at kl_beta 1) and compose fails on blur alone; compose with the
+    sharpness reward added passes every judge, blur improving; on notebook 06's draw (noise seed 0) both settings fail
+    on blur."""
     from pathlib import Path
 
     from recast.experiments.alone import draw_spread
@@ -393,9 +397,9 @@ def _assert_same_runs(runs: list[dict], earlier: str, budgets: tuple[str, ...], 
 
 
 def test_committed_glyph_round_alone_table_gives_the_readme_verdicts():
-    """The glyph-only round's single-reward table (README "Each reward alone"): recomputed from its committed runs it
-    is the committed table; sharpness and clean pass the rule on the glyph-only blur judge, speck_free fails on blur
-    alone, which it also loses against the placebo."""
+    """The glyph-only round's single-reward table (research/rounds/22-each-reward-alone.md): recomputed from its
+    committed runs it is the committed table; sharpness and clean pass the rule on the glyph-only blur judge, speck_free
+    fails on blur alone, which it also loses against the placebo."""
 
     runs, table = _committed_alone_table("alone_glyph_round_reeval256")
     verdict = _verdicts(table)
@@ -408,10 +412,10 @@ def test_committed_glyph_round_alone_table_gives_the_readme_verdicts():
 
 
 def test_committed_second_glyph_round_alone_table_gives_the_readme_verdicts():
-    """The stored-ends round's single-reward table (README "Each reward alone"), the glyph-only blur judge on the
-    rewards the first glyph-only table did not re-score: recomputed from its committed runs it is the committed
-    table; colour passes; digit fails on blur, position_flat on colour, size_half_max because its judge does not
-    rise by a seed-std, speck_free_abs on blur, which it alone also loses against the placebo (with size_half_max)."""
+    """The stored-ends round's single-reward table (research/rounds/22-each-reward-alone.md), the glyph-only blur judge
+    on the rewards the first glyph-only table did not re-score: recomputed from its committed runs it is the committed
+    table; colour passes; digit fails on blur, position_flat on colour, size_half_max because its judge does not rise by
+    a seed-std, speck_free_abs on blur, which it alone also loses against the placebo (with size_half_max)."""
 
     runs, table = _committed_alone_table("alone_glyph_round2_reeval256")
     verdict = _verdicts(table)
@@ -429,8 +433,8 @@ def test_committed_second_glyph_round_alone_table_gives_the_readme_verdicts():
 
 
 def test_committed_sharpness_steep_alone_table_is_reward_hacking():
-    """sharpness_steep, the late-decided variant (README "Each reward alone"): alone it lowers blur, and it hacks:
-    the Fréchet distance rises and every attribute judge falls, also against the placebo."""
+    """sharpness_steep, the late-decided variant (research/rounds/22-each-reward-alone.md): alone it lowers blur, and it
+    hacks: the Fréchet distance rises and every attribute judge falls, also against the placebo."""
     from recast.experiments.alone import versus_control
 
     runs, rows = _committed_alone_table("alone_sharpness_steep_reeval256")
@@ -444,7 +448,7 @@ def test_committed_sharpness_steep_alone_table_is_reward_hacking():
 
 
 def test_committed_sharpness_steep_hinged_alone_table_fails_with_a_smaller_hack():
-    """sharpness_steep with a hinge on the ink mass (README "The steep-guard round"): alone it still lowers blur,
+    """sharpness_steep with a hinge on the ink mass (research/rounds/13-steep-guard.md): alone it still lowers blur,
     and it still fails, on a hack the hinge shrinks but does not close: the Fréchet distance rises against the
     placebo, and digit, colour and speckle fall by more than a seed-std (ties against the placebo), while the
     position, size and strict judges, which sharpness_steep's erasing took down, stay within one."""
@@ -467,11 +471,12 @@ def test_committed_sharpness_steep_hinged_alone_table_fails_with_a_smaller_hack(
     assert 0 < fid_rise(runs, "sharpness_steep_hinged") < fid_rise(unhinged, "sharpness_steep") / 3
 
 
+@pytest.mark.research
 def test_committed_steep_guard_probe_every_guard_that_closes_the_hack_is_decided_before_the_cleanest_third():
-    """research/probes/steep_guard_probe.py's committed grid (README "The steep-guard round"): sharpness_steep's own row
-    is its stored-ends timing (timing_candidates.csv); it pays the erasing hack, and so does the weakest hinge;
-    the registered hinge at 8 is the weakest on the grid that does not; a stronger hinge closes it further and is
-    decided earlier; and no guard that closes the hack has its centre of mass in the cleanest third (>= 3.5)."""
+    """research/probes/steep_guard_probe.py's committed grid (research/rounds/13-steep-guard.md): sharpness_steep's own
+    row is its stored-ends timing (timing_candidates.csv); it pays the erasing hack, and so does the weakest hinge; the
+    registered hinge at 8 is the weakest on the grid that does not; a stronger hinge closes it further and is decided
+    earlier; and no guard that closes the hack has its centre of mass in the cleanest third (>= 3.5)."""
     from pathlib import Path
 
     from recast.worlds.digits.rewards.steep import STEEP_INK_HINGE
@@ -505,10 +510,11 @@ def test_committed_steep_guard_probe_every_guard_that_closes_the_hack_is_decided
 
 
 def test_committed_contrast_and_realism_alone_tables_fail_the_rule_and_tie_the_placebo():
-    """The quality rewards not re-scored on the glyph-only judge until the steep-guard round (README "Each reward
-    alone"): contrast lowers the fade rate and raises the Fréchet distance (its second matching judge) and lowers
-    colour and size by more than a seed-std; realism lowers the Fréchet distance and fails on size alone (by about
-    one seed-std). Against the placebo neither lowers any judge, and both beat it on fade, realism also on Fréchet."""
+    """The quality rewards not re-scored on the glyph-only judge until the steep-guard round
+    (research/rounds/22-each-reward-alone.md): contrast lowers the fade rate and raises the Fréchet distance (its second
+    matching judge) and lowers colour and size by more than a seed-std; realism lowers the Fréchet distance and fails on
+    size alone (by about one seed-std). Against the placebo neither lowers any judge, and both beat it on fade, realism
+    also on Fréchet."""
 
     runs, rows = _committed_alone_table("alone_contrast_realism_reeval256")
     table = {(r["reward"], r["judge"]): r for r in rows}
@@ -525,11 +531,12 @@ def test_committed_contrast_and_realism_alone_tables_fail_the_rule_and_tie_the_p
     assert vs[("realism", "judge/fid")] == "better" and vs[("contrast", "judge/fid")] == "tie"
 
 
+@pytest.mark.research
 def test_committed_steep_guard_samples_show_the_two_routes():
     """What the two steep rewards' single-reward policies did to their samples (steep_guard_probe_samples.csv, seeds
     0 and 1): sharpness_steep's collapse the ink to a faint mark below the hinge with more steep steps and more
     pixel texture; with the hinge the ink stays above it, but still falls by more than a third, and the texture
-    still rises (README "The steep-guard round")."""
+    still rises (research/rounds/13-steep-guard.md)."""
     from pathlib import Path
 
     from recast.worlds.digits.rewards.steep import STEEP_INK_HINGE
@@ -547,12 +554,12 @@ def test_committed_steep_guard_samples_show_the_two_routes():
 
 
 def test_committed_oracle_table_the_setting_rewards_failures_are_their_oracles_failures():
-    """The oracle round (README "The oracle control"): each held-out verdict trained as its own reward, 5 seeds, 256
-    samples, against the placebo. Recomputed from its committed runs it is the committed table. Only the fade
+    """The oracle round (research/rounds/21-oracle-control.md): each held-out verdict trained as its own reward, 5
+    seeds, 256 samples, against the placebo. Recomputed from its committed runs it is the committed table. Only the fade
     oracle passes. The colour, digit, size and speckle oracles raise their judges and blur (the digit, colour and
     speckle oracles also against the placebo); the position oracle costs colour (a tie against the placebo), as
-    position_flat does; the blur oracle hacks the Fréchet distance and the attribute judges, which the sharpness
-    reward does not. The placebo's runs are the stored-ends round's, to 1e-8."""
+    position_flat does; the blur oracle hacks the Fréchet distance and the attribute judges, which the sharpness reward
+    does not. The placebo's runs are the stored-ends round's, to 1e-8."""
 
     runs, table = _committed_alone_table("alone_oracle_reeval256")
     verdict = _verdicts(table)
@@ -577,13 +584,13 @@ def test_committed_oracle_table_the_setting_rewards_failures_are_their_oracles_f
 
 
 def test_committed_peak_clipped_alone_table_digit_and_speck_free_pass_once_the_blur_judge_sees_blur_beside_specks():
-    """The peak-clipping round (README): the eight setting rewards and the placebo alone, 5 seeds, 256 samples, scored
-    with the blur judge that clips isolated peaks. Recomputed from its committed runs it is the committed table.
-    Every judge but blur equals the glyph-only round's tables to 1e-8 (the runs re-trained to the same weights), so
-    only the blur verdict moved. Digit and speck_free now pass: their blur costs were mostly blur the old judge
-    could not see beside a speck, and speck_free's that remains is still worse than the placebo's. Colour and
-    sharpness still pass; position_flat (colour), size_half_max (its own judge), contrast (Fréchet, colour, size)
-    and realism (size) still fail, on judges the fix did not touch."""
+    """The peak-clipping round (research/rounds/07-peak-clipping.md): the eight setting rewards and the placebo alone, 5
+    seeds, 256 samples, scored with the blur judge that clips isolated peaks. Recomputed from its committed runs it is
+    the committed table. Every judge but blur equals the glyph-only round's tables to 1e-8 (the runs re-trained to the
+    same weights), so only the blur verdict moved. Digit and speck_free now pass: their blur costs were mostly blur the
+    old judge could not see beside a speck, and speck_free's that remains is still worse than the placebo's. Colour and
+    sharpness still pass; position_flat (colour), size_half_max (its own judge), contrast (Fréchet, colour, size) and
+    realism (size) still fail, on judges the fix did not touch."""
 
     runs, table = _committed_alone_table("alone_clipped_reeval256")
     verdict = _verdicts(table)
@@ -611,7 +618,7 @@ def test_committed_peak_clipped_alone_table_digit_and_speck_free_pass_once_the_b
 
 
 def test_committed_peak_clipped_alone_runs_raise_their_own_training_rewards():
-    """Beside the judges (README "The peak-clipping round"): on the same 256 samples every setting reward's run
+    """Beside the judges (research/rounds/07-peak-clipping.md): on the same 256 samples every setting reward's run
     raised its own training reward by more than two seed-stds, except size_half_max (+0.023 ± 0.017), which rose by
     under two; the placebo's rise (+0.021 ± 0.017) is the null."""
     import statistics
@@ -628,12 +635,12 @@ def test_committed_peak_clipped_alone_runs_raise_their_own_training_rewards():
 
 
 def test_committed_peak_clipped_oracle_table_digit_and_speckle_oracles_still_blur():
-    """The oracle control re-judged in the peak-clipping round (README): the same runs (the blur oracle re-trained,
-    since its reward is the blur verdict), scored with the peak-clipped blur judge. Colour's and size's oracles now
-    pass; the digit and speckle oracles still blur, also against the placebo, as the base model's blurrier digit and
-    speck-free passes predict; the position oracle still costs colour; the blur oracle no longer hacks the Fréchet
-    distance but costs colour and speckle; the fade oracle passes. Every other judge of the runs not re-trained equals
-    the glyph-only oracle table to 1e-8."""
+    """The oracle control re-judged in the peak-clipping round (research/rounds/07-peak-clipping.md): the same runs (the
+    blur oracle re-trained, since its reward is the blur verdict), scored with the peak-clipped blur judge. Colour's and
+    size's oracles now pass; the digit and speckle oracles still blur, also against the placebo, as the base model's
+    blurrier digit and speck-free passes predict; the position oracle still costs colour; the blur oracle no longer
+    hacks the Fréchet distance but costs colour and speckle; the fade oracle passes. Every other judge of the runs not
+    re-trained equals the glyph-only oracle table to 1e-8."""
 
     runs, table = _committed_alone_table("alone_oracle_clipped_reeval256")
     verdict = _verdicts(table)
@@ -655,10 +662,10 @@ def test_committed_peak_clipped_oracle_table_digit_and_speckle_oracles_still_blu
 
 
 def test_committed_peak_clipped_contrast_round_wash_free_passes():
-    """The contrast round re-judged in the peak-clipping round (README): the same runs, the peak-clipped blur judge.
-    wash_free's blur cost was the old judge's (+0.023 now, a tie against the placebo), so it passes: fade and the
-    Fréchet distance up, no other judge worse. contrast and contrast_flat still fail on colour and size. Every
-    other judge equals the glyph-only contrast round's to 1e-8."""
+    """The contrast round re-judged in the peak-clipping round (research/rounds/07-peak-clipping.md): the same runs, the
+    peak-clipped blur judge. wash_free's blur cost was the old judge's (+0.023 now, a tie against the placebo), so it
+    passes: fade and the Fréchet distance up, no other judge worse. contrast and contrast_flat still fail on colour and
+    size. Every other judge equals the glyph-only contrast round's to 1e-8."""
     runs, table = _committed_alone_table("alone_contrast_round_clipped_reeval256")
     verdict = _verdicts(table)
     assert verdict == {"contrast": False, "contrast_flat": False, "wash_free": True, "placebo": True}, verdict
@@ -672,10 +679,10 @@ def test_committed_peak_clipped_contrast_round_wash_free_passes():
 
 
 def test_committed_contrast_round_each_redesign_removes_a_cost_and_wash_free_still_blurs():
-    """The contrast round (README "The oracle control"): contrast, whose oracle passes, fails on the Fréchet distance,
-    colour and size; contrast_flat (a flat top on the ink level) keeps the colour and size costs and gains Fréchet
-    distance; wash_free (no ink level) loses neither and gains the most Fréchet distance, and fails on blur by more
-    than a seed-std, a tie against the placebo. contrast's and the placebo's runs are the steep-guard round's."""
+    """The contrast round (research/rounds/21-oracle-control.md): contrast, whose oracle passes, fails on the Fréchet
+    distance, colour and size; contrast_flat (a flat top on the ink level) keeps the colour and size costs and gains
+    Fréchet distance; wash_free (no ink level) loses neither and gains the most Fréchet distance, and fails on blur by
+    more than a seed-std, a tie against the placebo. contrast's and the placebo's runs are the steep-guard round's."""
 
     runs, table = _committed_alone_table("alone_contrast_round_reeval256")
     t = {(r["reward"], r["judge"]): r for r in table}
@@ -695,10 +702,11 @@ def test_committed_contrast_round_each_redesign_removes_a_cost_and_wash_free_sti
     _assert_same_runs(runs, "alone_contrast_realism_reeval256", ("contrast", "placebo"))
 
 
+@pytest.mark.research
 def test_committed_contrast_probe_every_contrast_variant_grows_the_glyph_and_the_fade_oracle_does_not():
-    """`research/probes/contrast_probe.py`'s committed table (README "The oracle control"), seeds 0-2, base -> final: every
-    contrast variant clears the background and grows the glyph (inked pixels up by more than half, the side past a
-    large glyph's 12 px for contrast and contrast_flat), in the order of how much it pays for ink level; the fade
+    """`research/probes/contrast_probe.py`'s committed table (research/rounds/21-oracle-control.md), seeds 0-2, base ->
+    final: every contrast variant clears the background and grows the glyph (inked pixels up by more than half, the side
+    past a large glyph's 12 px for contrast and contrast_flat), in the order of how much it pays for ink level; the fade
     oracle clears the background as much and leaves the glyph's size and level as they were."""
     from pathlib import Path
 
@@ -724,10 +732,10 @@ def test_committed_contrast_probe_every_contrast_variant_grows_the_glyph_and_the
 
 
 def test_committed_oracle_params_table_the_blur_costs_are_not_the_emas():
-    """The oracle and contrast rounds' runs re-scored on their raw trained weights (README "The oracle control";
-    the EMA is evaluation-only, so these are the same runs as compose evaluates them): the blur costs of the digit,
-    colour and speckle oracles and of wash_free stay, each also against the placebo; the size oracle passes; the
-    placebo itself fails, on digit, one of the rule's false alarms (0.34 over 9 judges)."""
+    """The oracle and contrast rounds' runs re-scored on their raw trained weights
+    (research/rounds/21-oracle-control.md; the EMA is evaluation-only, so these are the same runs as compose evaluates
+    them): the blur costs of the digit, colour and speckle oracles and of wash_free stay, each also against the placebo;
+    the size oracle passes; the placebo itself fails, on digit, one of the rule's false alarms (0.34 over 9 judges)."""
 
     runs, table = _committed_alone_table("alone_oracle_params_reeval256")
     assert {r["policy"] for r in runs} == {"params"}
@@ -784,6 +792,7 @@ def test_pool_draws_averages_each_run_over_its_draws_and_refuses_uneven_or_repea
         pool_draws([r if r["draw"] == 0 else {**r, "noise_seed": r["noise_seed"] - 1000} for r in rows])
 
 
+@pytest.mark.research
 def test_committed_pooled_single_reward_table_on_512_samples():
     """The wash-free round's single-reward table on two per-seed draws of 256 pooled (`research/probes/alone_draws.py`): its
     first draw is the committed tables' rows, the table follows from the committed rows, and near-threshold verdicts
@@ -821,11 +830,11 @@ def test_committed_pooled_single_reward_table_on_512_samples():
 
 
 def test_committed_realism_variants_alone_tables_give_the_readme_verdicts():
-    """The realism-size round (README): realism alone fails on size; its size-blind view (realism_canonical)
-    fails worse (strict, colour and size) and loses the Fréchet gain; the size-conditional realism passes the rule
-    (Fréchet −814 ± 146, every other judge within its seed-std) and against the placebo lowers the Fréchet distance
-    and the fade defect and raises position, with no judge worse. Both tables recompute from their committed runs, and
-    their realism and placebo runs are the peak-clipping round's."""
+    """The realism-size round (research/rounds/05-realism-size.md): realism alone fails on size; its size-blind view
+    (realism_canonical) fails worse (strict, colour and size) and loses the Fréchet gain; the size-conditional realism
+    passes the rule (Fréchet −814 ± 146, every other judge within its seed-std) and against the placebo lowers the
+    Fréchet distance and the fade defect and raises position, with no judge worse. Both tables recompute from their
+    committed runs, and their realism and placebo runs are the peak-clipping round's."""
     runs, table = _committed_alone_table("alone_realism_canonical_reeval256")
     assert _verdicts(table) == {"realism": False, "realism_canonical": False, "placebo": True}
     assert _worse_judges(table) == {"realism": ["judge/size"],
@@ -852,8 +861,9 @@ def test_committed_realism_variants_alone_tables_give_the_readme_verdicts():
     _assert_same_runs(runs, "alone_clipped_reeval256", ("placebo",))
 
 
+@pytest.mark.research
 def test_committed_realism_size_probe_every_realism_grows_the_glyphs_the_centred_one_least():
-    """`research/probes/realism_size_probe.py`'s committed table (README "The realism-size round"), 5 seeds, 128 test
+    """`research/probes/realism_size_probe.py`'s committed table (research/rounds/05-realism-size.md), 5 seeds, 128 test
     samples, base -> final: realism draws small prompts' glyphs at a large glyph's side (7.9 -> 12.3 px) and flips the
     size judge from small to large prompts; the size-blind view grows them further; the size-conditional realism
     grows them less but still past 10 px, trading small prompts' size for large prompts' (its flat size judge is an
@@ -895,6 +905,7 @@ def test_committed_realism_size_probe_every_realism_grows_the_glyphs_the_centred
     assert max(m(rw, p, "realism_conditional_small") for rw in rewards for p in ("base", "final")) < 0.02
 
 
+@pytest.mark.research
 def test_committed_realism_conditional_pooled_table_on_512_samples_still_passes():
     """realism_conditional on a second per-seed draw of 256 pooled with the first (`research/probes/alone_draws.py`): it
     still passes the rule (Fréchet −830 ± 116, size −0.011 ± 0.019), and the placebo's second draw is the
@@ -915,6 +926,7 @@ def test_committed_realism_conditional_pooled_table_on_512_samples_still_passes(
             assert float(r[k]) == pytest.approx(float(old[k]), abs=1e-8, rel=0), k
 
 
+@pytest.mark.research
 def test_realism_size_probe_measures_real_canvases_at_their_true_sides():
     """`research/probes/realism_size_probe.py`'s measure on real canvases: small glyphs 8 px and large 12 px (the judges'
     box), the size judge passes both, hardly any is blurred, and every realism reward scores them above 0.6."""
@@ -935,11 +947,12 @@ def test_realism_size_probe_measures_real_canvases_at_their_true_sides():
 
 
 def test_committed_realism_centred_alone_tables_pass_on_256_and_512_samples():
-    """The centred-realism round (README): the size-conditional realism with each size head centred on the base model
-    passes the single-reward rule on 256 samples per policy (Fréchet −763 ± 110, size +0.011 ± 0.028) and on a
-    second draw pooled with the first (Fréchet −770 ± 105, size +0.008 ± 0.017); every judge's mean moves the right
-    way on both; against the placebo it lowers the Fréchet distance, the fade and the speckle defect and costs
-    nothing. The tables recompute from their committed runs; realism's and the placebo's runs are the peak-clipping round's."""
+    """The centred-realism round (research/rounds/04-centred-realism.md): the size-conditional realism with each size
+    head centred on the base model passes the single-reward rule on 256 samples per policy (Fréchet −763 ± 110, size
+    +0.011 ± 0.028) and on a second draw pooled with the first (Fréchet −770 ± 105, size +0.008 ± 0.017); every judge's
+    mean moves the right way on both; against the placebo it lowers the Fréchet distance, the fade and the speckle
+    defect and costs nothing. The tables recompute from their committed runs; realism's and the placebo's runs are the
+    peak-clipping round's."""
     lower_is_better = lambda j: j == "judge/fid" or j.startswith("judge/defect_")  # noqa: E731
     runs, table = _committed_alone_table("alone_realism_centred_reeval256")
     assert _verdicts(table) == {"realism": False, "realism_centred": True, "placebo": True}
@@ -964,8 +977,8 @@ def test_committed_realism_centred_alone_tables_pass_on_256_and_512_samples():
 
 def _committed_pooled_table(name: str):
     """The committed rows ``research/tables/<name>_runs.csv`` of one reward and the placebo on two pooled draws
-    (`research/probes/alone_draws.py`, 5 seeds) and their pooled `alone_table`, checked to give the committed ``<name>.csv``'s
-    changes."""
+    (`research/probes/alone_draws.py`, 5 seeds) and their pooled `alone_table`, checked to give the committed
+    ``<name>.csv``'s changes."""
     from pathlib import Path
 
     from recast.experiments.alone import alone_table, pool_draws

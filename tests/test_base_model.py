@@ -1,8 +1,8 @@
 """The committed base model leaves room to learn on every attribute and defect, and every reward agrees with its judge.
 
-One audit (`recast.worlds.digits.audit.audit_world`: 256 test prompts, ODE, 10 steps, seed 0) of `data/digit_base` is shared
-by the tests. The draw is seeded, so the numbers are fixed on a given torch build; the bands are the issue's, and the
-README's audit table shows how far inside them the committed model sits.
+One audit (`recast.worlds.digits.audit.audit_world`: 256 test prompts, ODE, 10 steps, seed 0) of `data/digit_base` is
+shared by the tests. The draw is seeded, so the numbers are fixed on a given torch build; the bands are the issue's, and
+the audit table of research/rounds/25-base-model.md shows how far inside them the committed model sits.
 """
 
 import math
@@ -21,6 +21,7 @@ def audit():
     return audit_world(load_world("data/digit_base"), n=256, split="test", num_steps=10, seed=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("metric", list(BANDS))
 def test_base_model_sits_inside_every_band(audit, metric):
     lo, hi = BANDS[metric]
@@ -35,8 +36,8 @@ def test_out_of_band_is_empty_and_names_what_falls_out(audit):
 
 
 # Realism was a known miss until the peak-clipping round: AUC 0.798 against the defect-free verdict (0.757 before the
-# glyph-only round). The reward did not change; the blur verdict did. It missed about 60 % of the canvases that were both
-# blurred and speckled (a speck beside the glyph read as a sharp edge), so many defective samples counted as
+# glyph-only round). The reward did not change; the blur verdict did. It missed about 60 % of the canvases that were
+# both blurred and speckled (a speck beside the glyph read as a sharp edge), so many defective samples counted as
 # defect-free (`tests/test_defects.py`, ground truth on injected defects). With the verdict fixed realism agrees at
 # 0.834. `python research/probes/realism_probe.py` measured, under the old verdict, the CNN blindness that kept it low.
 
@@ -58,12 +59,14 @@ def test_every_reward_ranks_its_judges_pass_and_fail_samples_apart(audit, reward
     assert auc >= AGREEMENT_MIN, f"{reward}: AUC {auc:.3f} < {AGREEMENT_MIN} against judge {MATCHING_VERDICT[reward]!r}"
 
 
+@pytest.mark.slow
 def test_realism_variants_agreement_on_the_audit_draw():
-    """The realism-size round's candidates on the audit's own draw (256 test prompts, ODE, 10 steps, seed 0),
-    as the README reports them: against the defect-free verdict realism ranks at 0.834, its size-blind view at 0.760
-    and the size-conditional realism at 0.745, both under the 0.8 target; against "defect-free and the right size",
-    what the conditional reward claims to measure, 0.789, 0.756 and 0.799. The conditional realism with each size head
-    centred on the base model (the centred-realism round) ranks at 0.812 and 0.852. No candidate is in a setting."""
+    """The realism-size round's candidates on the audit's own draw (256 test prompts, ODE, 10 steps, seed 0), as
+    research/rounds/05-realism-size.md and research/rounds/04-centred-realism.md report them: against the defect-free
+    verdict realism ranks at 0.834, its size-blind view at 0.760 and the size-conditional realism at 0.745, both under
+    the 0.8 target; against "defect-free and the right size", what the conditional reward claims to measure, 0.789,
+    0.756 and 0.799. The conditional realism with each size head centred on the base model (the centred-realism round)
+    ranks at 0.812 and 0.852. No candidate is in a setting."""
     from sklearn.metrics import roc_auc_score
 
     from recast.worlds.digits import rewards as R

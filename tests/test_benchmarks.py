@@ -50,11 +50,12 @@ def test_resume_check_finds_resume_exact_and_tells_runs_apart(tmp_path):
     assert not rc._same_logs(tmp_path / "s0", tmp_path / "s1")
 
 
+@pytest.mark.slow
 def test_continuation_proxy_cost_prices_every_setting_and_the_committed_ones_exceed_the_budget(tmp_path):
     """`benchmarks/continuation_proxy_cost.py` runs (one rollout count, one sub-grid) and reports each continuation
     setting against the trainer's sampling phase; in the committed measurement every setting that could debias a
     Monte-Carlo value (M ≥ 2) costs more than the 3 % of an iteration that ReCAST's own phases may take, so the
-    remedy for tweedie's lag is out of the issue's budget (README, "Benchmarks")."""
+    remedy for tweedie's lag is out of the issue's budget (benchmarks/README.md)."""
     import json
 
     bench = _module("continuation_proxy_cost")

@@ -103,6 +103,7 @@ def test_missing_base_model_is_a_clear_error_not_a_silent_fallback(tmp_path):
     assert preset("cpu").world == "data/digit_base"
 
 
+@pytest.mark.slow
 def test_cli_profile_writes_json_and_figure_and_prints_the_same_object(tmp_path, capsys):
     out = tmp_path / "prof"
     args = ["profile", "--setting", "compose", "--num-prompts", "6", "--num-steps", "3", "--bootstrap", "5",
@@ -131,6 +132,7 @@ def test_cli_profile_bad_input_exits_2_before_compute(tmp_path, capsys, extra, m
     assert not (tmp_path / "p" / "profile.json").exists()
 
 
+@pytest.mark.slow
 def test_cli_profile_runs_on_any_world_spec_and_says_where_it_wrote(tmp_path, capsys):
     out = tmp_path / "tiny"
     assert main(["profile", "--world", "tiny", "--rewards", "sharpness,clean", "--num-prompts", "4", "--num-steps", "2",
@@ -139,6 +141,7 @@ def test_cli_profile_runs_on_any_world_spec_and_says_where_it_wrote(tmp_path, ca
     assert json.loads((out / "profile.json").read_text())["world"] == "tiny"
 
 
+@pytest.mark.slow
 def test_cli_train_fixed_w_from_a_profile_trains_at_exactly_that_w(tmp_path, capsys):
     """`profile` then `train --fixed-w profile.json`: method=fixed at the profile's W, applied unchanged every
     iteration; a W for other rewards, another grid or other budgets, or a clash with --method, exits 2 before any run."""

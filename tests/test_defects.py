@@ -100,8 +100,8 @@ def test_blur_verdict_is_blind_to_specks_where_training_puts_them(glyph_split):
     """Ground truth: canvases blurred and speckled as pretraining injects them (`inject_defects`, specks anywhere on
     the canvas, blur first). A speck within two pixels of a blurred glyph is part of the glyph; until the
     peak-clipping round its one-pixel step hid the blur in about 60 % of these canvases (recall 0.39 with specks, 1.00
-    without; `research/probes/blur_judge_probe.py`), so every policy that removed specks was judged blurrier. Now recall with
-    specks is within 0.08 of recall without them, specks raise no false alarm, and the two verdicts are nearly
+    without; `research/probes/blur_judge_probe.py`), so every policy that removed specks was judged blurrier. Now recall
+    with specks is within 0.08 of recall without them, specks raise no false alarm, and the two verdicts are nearly
     independent, as injected."""
     from recast.worlds.digits.corruption import Corruption, inject_defects
 
@@ -117,8 +117,10 @@ def test_blur_verdict_is_blind_to_specks_where_training_puts_them(glyph_split):
     assert (j.blur[j.speckle].float().mean() - j.blur[~j.speckle].float().mean()).abs() < 0.08
 
 
+@pytest.mark.research
 def test_blur_judge_probe_reproduces_its_committed_ground_truth_rows():
-    """`research/probes/blur_judge_probe.py`'s ground-truth part (the README's peak-clipping table) from its defaults."""
+    """`research/probes/blur_judge_probe.py`'s ground-truth part (the table of research/rounds/07-peak-clipping.md) from
+    its defaults."""
     import csv
     import importlib.util
     from pathlib import Path
@@ -136,6 +138,7 @@ def test_blur_judge_probe_reproduces_its_committed_ground_truth_rows():
             want["glyphs"], want["verdict"], want["metric"], want["n"])
         assert got["value"] == pytest.approx(float(want["value"]), abs=1e-9)
     value = {(r["glyphs"], r["verdict"], r["metric"]): float(r["value"]) for r in committed}
-    for glyphs in ("base", "judge"):  # the README's reading: the old verdict missed most blur beside specks
+    # the reading of research/rounds/07-peak-clipping.md: the old verdict missed most blur beside specks
+    for glyphs in ("base", "judge"):
         assert value[(glyphs, "glyph_only", "recall_with_specks")] < 0.45
         assert value[(glyphs, "peak_clipped", "recall_with_specks")] > 0.9

@@ -9,6 +9,7 @@ from recast.stats import images_to_reach
 from recast.trainer.metrics import load_run
 
 
+@pytest.mark.slow
 def test_demo_same_seeds_same_base_and_writes_summary(tmp_path, monkeypatch):
     monkeypatch.setenv("RECAST_FIGURES_DIR", str(tmp_path / "figs"))
     result = run_demo(tmp_path / "demo", preset_name="ci", methods=("recast", "uniform"), seeds=(0, 1), iterations=2,
@@ -81,12 +82,13 @@ def _calls(setting: str) -> dict[str, dict[str, set[str]]]:
 
 
 def test_committed_5_seed_demos_give_the_readme_verdicts():
-    """The README's results ("What the tables say"), from the committed paired tables of the 5-seed demos. Compose
-    (re-judged in the peak-clipping round): ReCAST beats uniform on the colour and position judges and loses none;
-    against reward_sum it wins blur and loses fade. Quality (re-trained in the centred-realism round, realism_centred
-    in realism's place): ReCAST ties uniform on every judge and reward; reward_sum beats ReCAST on the Fréchet
-    distance and the position judge. Before that round (wash_free and realism; `demo5_quality_realism`) ReCAST beat
-    uniform on the Fréchet distance and tied every other judge, and reward_sum beat ReCAST on the Fréchet distance."""
+    """The results of research/rounds/18-what-the-tables-say.md, from the committed paired tables of the 5-seed demos.
+    Compose (re-judged in the peak-clipping round): ReCAST beats uniform on the colour and position judges and loses
+    none; against reward_sum it wins blur and loses fade. Quality (re-trained in the centred-realism round,
+    realism_centred in realism's place): ReCAST ties uniform on every judge and reward; reward_sum beats ReCAST on the
+    Fréchet distance and the position judge. Before that round (wash_free and realism; `demo5_quality_realism`) ReCAST
+    beat uniform on the Fréchet distance and tied every other judge, and reward_sum beat ReCAST on the Fréchet
+    distance."""
     compose, quality = _calls("compose"), _calls("quality_realism")
     judges = lambda ms: {m for m in ms if m.startswith("judge/")}  # noqa: E731
     assert judges(compose["uniform"]["win"]) == {"judge/color", "judge/position"}
@@ -107,6 +109,7 @@ def test_committed_5_seed_demos_give_the_readme_verdicts():
                                              "reward/realism_centred"}
 
 
+@pytest.mark.research
 @pytest.mark.parametrize("setting,fid_share", [("compose", 0.5), ("quality", 0.55), ("quality_realism", 0.5)])
 def test_committed_5_seed_demos_meet_the_uniform_baseline_target(setting, fid_share):
     """Issue 8's training target on the committed 5-seed demos: under uniform weighting every training reward rises,
@@ -129,6 +132,7 @@ def test_committed_5_seed_demos_meet_the_uniform_baseline_target(setting, fid_sh
     assert fid["final_mean"] <= fid_share * fid["base_mean"] < 1.25 * fid["base_mean"], fid
 
 
+@pytest.mark.slow
 def test_rescore_pairs_methods_on_shared_draws_and_pools_them(tmp_path, monkeypatch):
     """`rescore` re-samples every demo run on shared per-seed draws: both methods of a seed see the same noise, so
     their base models score identically; `rescore_paired` and `rescore_changes` average each run over its draws
@@ -175,6 +179,7 @@ def test_rescore_pairs_methods_on_shared_draws_and_pools_them(tmp_path, monkeypa
         rescore_paired([r for r in rows if not (r["method"] == "uniform" and r["seed"] == 1 and r["draw"] == 1)])
 
 
+@pytest.mark.research
 def test_committed_quality_realism_rescore_reproduces_and_confirms_the_frechet_win():
     """The wash-free round's 5-seed quality demo (realism in the setting, before the centred-realism round; re-scored
     as `demo5_quality_rescore`, renamed `demo5_quality_realism_rescore`) on 2 draws of 256 samples per policy: the
@@ -227,11 +232,12 @@ def test_rescore_compare_pairs_two_demos_by_method_and_seed_on_their_common_draw
         rescore_compare(rows, [{**r, "seed": r["seed"] + 10} for r in rows])
 
 
+@pytest.mark.research
 def test_committed_quality_rescores_with_contrast_and_with_wash_free():
-    """The README's wash-free round, from committed re-scores at the same noise seeds (draw 0, 256 samples per policy
-    and seed). With contrast too, ReCAST beats uniform on the Fréchet distance (the demo's 64 samples did not resolve
-    it). Swapping contrast for wash_free lowers the fade defect under every method and raises the Fréchet distance
-    under every method; every other judge ties."""
+    """The wash-free round (research/rounds/06-wash-free.md), from committed re-scores at the same noise seeds (draw 0,
+    256 samples per policy and seed). With contrast too, ReCAST beats uniform on the Fréchet distance (the demo's 64
+    samples did not resolve it). Swapping contrast for wash_free lowers the fade defect under every method and raises
+    the Fréchet distance under every method; every other judge ties."""
     from pathlib import Path
 
     from recast.experiments.demo import rescore_changes, rescore_compare, rescore_paired
@@ -255,6 +261,7 @@ def test_committed_quality_rescores_with_contrast_and_with_wash_free():
                      for k, v in (("judge/defect_fade", "win"), ("judge/fid", "loss"))}, calls
 
 
+@pytest.mark.research
 def test_committed_quality_rescore_with_realism_centred_and_its_swap():
     """The centred-realism round's 5-seed quality demo re-scored on draw 0 (256 samples per policy and seed, the
     same noise as draw 0 of the realism-era re-score): the committed tables follow from their rows. ReCAST ties

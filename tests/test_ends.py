@@ -29,6 +29,7 @@ def prompts():
     return prompt_set("train")[:16:2]
 
 
+@pytest.mark.slow
 def test_stored_ends_reproduce_the_ground_truth_exactly(world, prompts, tmp_path):
     """The same prompts, grid, sampler settings and seed: D on the stored ends equals estimate_profiles' rollout D
     bit for bit, after a save and load; the world's rewards are restored after recording."""
@@ -113,6 +114,7 @@ def test_discriminability_from_ends_closed_forms():
         discriminability_from_ends(decided[:2], T)
 
 
+@pytest.mark.slow
 def test_estimate_profiles_scores_stored_ends_as_it_would_sample_them(world, prompts):
     """``ends=`` gives the sampled rollout profile's D and its ends_z and ode_z checks bit for bit, and the same
     tweedie profile; ends recorded with other arguments, or on other clean samples, are refused."""

@@ -195,7 +195,7 @@ def test_designed_timing_on_the_base_model(base):
 
 
 def test_committed_ground_truth_orders_the_rewards_as_designed():
-    """Figure 02's ground truth (256 samples, 8 continuations, two independent batches; README "When is each reward
+    """Figure 02's ground truth (256 samples, 8 continuations, two independent batches; research/rounds/24-figure-02.md "When is each reward
     informative?"): colour and position are decided before digit and size, and those before sharpness and
     speck_free, in both batches; speck_free is the latest reward, and the two batches agree within 0.3."""
     import json
@@ -215,10 +215,11 @@ def test_committed_ground_truth_orders_the_rewards_as_designed():
     assert all(abs(coms[0][k] - coms[1][k]) < 0.3 for k in coms[0]), coms
 
 
+@pytest.mark.research
 def test_committed_verdict_timing_matches_figure_02_and_puts_the_defects_late():
     """`research/probes/verdict_timing_probe.py` draws figure 02's batch, noise and continuations, so its reward rows are
     figure 02's ground truth; the blur and speckle verdicts have most of their gains in columns 4-5 and sit later
-    than the rewards that match them (README "When are the judges' verdicts decided?")."""
+    than the rewards that match them (research/rounds/24-figure-02.md "When are the judges' verdicts decided?")."""
     import json
 
     from recast.informativeness import gains_centre_of_mass
@@ -236,11 +237,12 @@ def test_committed_verdict_timing_matches_figure_02_and_puts_the_defects_late():
     assert float(rows["verdict:not_fade"]["cleanest_third_share"]) < 0.05
 
 
+@pytest.mark.research
 def test_committed_timing_candidates_reproduce_figure_02_and_put_sharpness_steep_late():
     """`research/probes/timing_cache.py` scores rewards on figure 02's stored continuation ends: its rows for the registered
     rewards are figure 02's ground truth in both batches; sharpness_steep, read from the steepest edges, has its
     centre of mass at 3.5 or later with most of its gains in the cleanest third (columns 4-5), where sharpness has
-    a tenth of them (README "When is each reward informative?")."""
+    a tenth of them (research/rounds/24-figure-02.md "When is each reward informative?")."""
     import json
 
     from recast.informativeness import gains_centre_of_mass
@@ -259,8 +261,9 @@ def test_committed_timing_candidates_reproduce_figure_02_and_put_sharpness_steep
         assert float(rows[("sharpness", seed)]["cleanest_third_share"]) < 0.15
 
 
+@pytest.mark.research
 def test_committed_substeps_probe_twice_the_sub_grid_keeps_the_design_and_does_not_close_tweedies_gap():
-    """`research/probes/substeps_probe.py` (README "Is the ground truth's sub-grid fine enough?"): the same 256 prompts'
+    """`research/probes/substeps_probe.py` (research/rounds/11-grid.md "Is the ground truth's sub-grid fine enough?"): the same 256 prompts'
     ground truth with 8 ancestral substeps per step instead of 4. Its rows for the 4-substep batches are figure 02's
     ground truth; doubling the sub-grid moves no setting reward's centre of mass by more than 0.25 columns (a second
     seed moves them by up to 0.27), keeps the designed order and both defect verdicts in the cleanest third; and
@@ -288,8 +291,9 @@ def test_committed_substeps_probe_twice_the_sub_grid_keeps_the_design_and_does_n
         assert float(rows[name]["rho_tweedie_s4_seed0"]) < 0.8 and float(rows[name]["rho_tweedie_s8_seed0"]) < 0.8
 
 
+@pytest.mark.research
 def test_committed_substeps_probe_sixteen_substeps_decide_every_reward_later_and_have_not_converged():
-    """The grid round's two 16-substep batches (README "Is the ground truth's sub-grid fine enough?"). Seed 0's own
+    """The grid round's two 16-substep batches (research/rounds/11-grid.md "Is the ground truth's sub-grid fine enough?"). Seed 0's own
     clean batch continued with 16 substeps instead of 4 decides every setting reward later (+0.12 to +0.54 columns),
     puts speck_free in the cleanest third, and shrinks tweedie's lag for every reward, yet tweedie still misses ρ 0.8
     for three rewards. A 16-substep batch with its own clean samples moves most rewards as far again from 8 as 8
@@ -310,8 +314,9 @@ def test_committed_substeps_probe_sixteen_substeps_decide_every_reward_later_and
     assert sum(float(rows[k]["d_com_s16_s8"]) >= 0.5 * float(rows[k]["d_com_substeps"]) for k in setting) >= 6
 
 
+@pytest.mark.research
 def test_committed_shift_1_grid_moves_every_reward_earlier_together():
-    """`research/probes/timing_cache.py record --shift 1` then `score ... --csv timing_shift1.csv` (README "Where the issue
+    """`research/probes/timing_cache.py record --shift 1` then `score ... --csv timing_shift1.csv` (research/rounds/01-targets.md "Where the issue
     targets stand"): on a 6-step grid without the presets' time shift, colour and position are decided in the
     noisiest third, but so early that the latest reward, speck_free, is decided before column 2.5; the spread from
     the earliest to the latest setting reward stays below the 2 columns that the issue's outer thirds need, as it is
@@ -349,7 +354,7 @@ def _committed_grid_search(name: str):
 
 
 def test_committed_grid_design_probe_only_a_degenerate_grid_meets_the_thirds():
-    """`research/probes/grid_design_probe.py` (README "The grid round"): with the ground truth's curves pooled from the three
+    """`research/probes/grid_design_probe.py` (research/rounds/11-grid.md "The grid round"): with the ground truth's curves pooled from the three
     stored batches, the centre of mass on any 6-step grid is a sum over its interior points. The search reproduces
     from the committed curve; the presets' grids meet no outer third; every grid on the lattice that meets all five
     designed thirds crowds its interior points into the middle noise levels and ends with one step of at least 0.5
@@ -384,7 +389,7 @@ def test_committed_grid_design_probe_only_a_degenerate_grid_meets_the_thirds():
 
 
 def test_committed_grid_design_on_the_16_substep_curve_still_crowds_the_grid_and_spoils_the_samples():
-    """The grid probe on the 16-substep continuation of figure 02's seed-0 batch alone (README "The grid round",
+    """The grid probe on the 16-substep continuation of figure 02's seed-0 batch alone (research/rounds/11-grid.md "The grid round",
     the caveat): more grids pass, but each still crowds four interior points into σ 0.52-0.74, and on every corner
     of the feasible set the speckle is nearly gone while blur and fade leave their bands."""
     d, grids = _committed_grid_search("grid_design_s16.json")
@@ -436,8 +441,9 @@ def test_subgrid_probe_centre_of_mass_of_D_matches_the_gains_form_over_batch_dim
     assert torch.isnan(probe.com_of_D(torch.zeros(7)))
 
 
+@pytest.mark.research
 def test_committed_subgrid_probe_converges_for_the_attributes_and_mixes_samplers_for_the_textures():
-    """`research/probes/subgrid_convergence_probe.py` (README "The sub-grid round"): one 128-prompt clean batch continued
+    """`research/probes/subgrid_convergence_probe.py` (research/rounds/10-sub-grid.md "The sub-grid round"): one 128-prompt clean batch continued
     with 4, 16 and 32 substeps. For the attribute rewards the continuations reproduce the clean batch at every
     sub-grid (|z| < 2), and 32 − 16 is within 0.05 columns and within 0.05 of what first order fitted on 4 and 16
     predicts: the series has settled. For the texture scores the 16- and 32-substep ends do not reproduce the
@@ -478,6 +484,7 @@ def _figure02(gains_gt, gains_tw, rho, rho_gt, checks=0.0, sigmas=(1.0, 0.5, 0.0
                           "spearman_ground_truth_seeds": rho_gt}}
 
 
+@pytest.mark.research
 def test_figure02_subgrid_compare_reads_centres_lags_and_checks_of_both_figures():
     """`research/probes/figure02_subgrid_compare.py`: centres of mass of the gains (closed form on two columns), tweedie's lag
     behind the ground truth, the move from 4 to 16 substeps, and the notebook's ρ and checks passed through; two
@@ -503,8 +510,9 @@ def test_figure02_subgrid_compare_reads_centres_lags_and_checks_of_both_figures(
                                    sigmas=(1.0, 0.4, 0.0)))
 
 
+@pytest.mark.research
 def test_committed_figure_02_at_16_substeps_is_consistent_and_what_it_says_holds():
-    """Figure 02 re-drawn with 16 substeps for the clean batch and the continuations (README "The settled sub-grid
+    """Figure 02 re-drawn with 16 substeps for the clean batch and the continuations (research/rounds/09-settled-sub-grid.md "The settled sub-grid
     round"; `research/probes/figure02_subgrid_compare.py`), as it was drawn then, with contrast in quality
     (`informativeness_base_256_s16_contrast.json`; the realism-size round re-drew it from the same ends with wash_free,
     `test_committed_figure_02_with_wash_free_...` below). The committed comparison CSV is what `compare` gives on the
@@ -553,10 +561,11 @@ def test_committed_figure_02_at_16_substeps_is_consistent_and_what_it_says_holds
             assert float(timing[(f"verdict:{v}", seed)]["cleanest_third_share"]) > 0.5
 
 
+@pytest.mark.research
 def test_timing_cache_records_any_world_folder_names_it_in_the_meta_and_refuses_a_missing_one(tmp_path):
     """`research/probes/timing_cache.py record --world DIR` draws from that model folder (the tile probe's fine-tunes) and
-    stores ``meta["world"]``, which `research/probes/tile_timing_probe.py timing` reports beside each row; a folder without
-    a world is refused before any model is loaded."""
+    stores ``meta["world"]``, which `research/probes/tile_timing_probe.py timing` reports beside each row; a folder
+    without a world is refused before any model is loaded."""
     from recast.worlds.digits.model import save_world, tiny_world
     from recast.informativeness.ends import RolloutEnds
 
@@ -575,6 +584,7 @@ def test_timing_cache_records_any_world_folder_names_it_in_the_meta_and_refuses_
         probe.timing_rows([str(tmp_path)], names=("color",))
 
 
+@pytest.mark.research
 def test_tile_probe_wrong_canvases_are_wrong_on_exactly_the_reward_attribute_or_defect():
     """`research/probes/tile_timing_probe.py`'s negatives: another colour scores < 0.1 on colour and keeps the quadrant; another
     quadrant scores ~0 on position and keeps the colour; a blurred canvas is less sharp than its own correct canvas,
@@ -595,6 +605,7 @@ def test_tile_probe_wrong_canvases_are_wrong_on_exactly_the_reward_attribute_or_
         assert (sharp(blurred, prompts) < sharp(right, prompts)).all()
 
 
+@pytest.mark.research
 def test_committed_wash_free_timing_is_scored_on_figure_02s_first_batch():
     """The wash-free round's ground truth of wash_free (`timing_cache.py score ... --seeds 0 --csv
     timing_wash_free_s16.csv` on figure 02's re-recorded first batch, 256 prompts, 16 substeps): every reward shared
@@ -626,6 +637,7 @@ def test_committed_wash_free_timing_is_scored_on_figure_02s_first_batch():
         assert small[("verdict:not_fade", seed)] < small[("wash_free", seed)] < small[("contrast", seed)] < 2.5
 
 
+@pytest.mark.research
 def test_committed_figure_02_with_wash_free_is_the_contrast_figure_with_one_row_changed():
     """Figure 02 re-drawn in the realism-size round from the same stored ends (both batches recorded again, 256
     prompts x 8 continuations x 16 substeps) with wash_free in contrast's place: every other reward's profiles, bands
@@ -633,8 +645,9 @@ def test_committed_figure_02_with_wash_free_is_the_contrast_figure_with_one_row_
     and timing W (the noise shares move: each is read against the mean profile of all rows). wash_free is the
     earliest of the eight rewards in both batches (1.89 / 1.95); tweedie misses rho 0.8 on both (0.77 / 0.64). In
     batch 2 its D at sigma 0.43 lies 4.2 bootstrap s.d. above D(0), the one
-    data-processing check over 2 in the figure (README "The realism-size round"). That figure is kept as
-    `informativeness_base_256_s16_realism.json` since the centred-realism round re-drew it with realism_centred."""
+    data-processing check over 2 in the figure (research/rounds/05-realism-size.md "The realism-size round"). That
+    figure is kept as `informativeness_base_256_s16_realism.json` since the centred-realism round re-drew it with
+    realism_centred."""
     from recast.informativeness import gains_centre_of_mass
     from recast.io import read_csv
 
@@ -667,8 +680,8 @@ def test_committed_figure_02_with_realism_centred_is_the_realism_figure_with_one
     place: every other reward's profiles, bands and checks, of both estimators and both batches, are the realism-era
     figure's exactly, and so are the compose and timing W. realism_centred is decided earlier than realism (ground
     truth's centre of mass 2.61 / 2.36 against 3.05 / 2.73), passes every consistency check, agrees with itself
-    across the batches at rho 0.94 (realism 0.66), and tweedie ranks its gains at rho 0.89 / 0.71 (README "The
-    centred-realism round")."""
+    across the batches at rho 0.94 (realism 0.66), and tweedie ranks its gains at rho 0.89 / 0.71
+    (research/rounds/04-centred-realism.md "The centred-realism round")."""
     from recast.informativeness import gains_centre_of_mass
 
     old, new, k = _figure_with_one_row_changed("informativeness_base_256_s16_realism.json",

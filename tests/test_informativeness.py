@@ -324,6 +324,7 @@ def test_noise_share_reads_every_row_through_the_common_profile():
     assert share[0].item() == pytest.approx(min(1.0, (db.var(0).sum() / (d * d).sum()).item()), rel=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["identical", "split"])
 def test_noise_floor_targets_at_the_cpu_preset_sample_counts(kind):
     """Synthetic training at B = 32, 3 of 6 columns per sample, 30 iterations (the cpu preset). Identical true
@@ -354,6 +355,7 @@ def test_spearman_closed_form_ties_and_constant():
     assert math.isnan(spearman(torch.tensor([1.0, 1, 1]), torch.tensor([1.0, 2, 3])))
 
 
+@pytest.mark.slow
 def test_early_share_null_is_small_but_not_zero_and_matches_its_definition():
     """Identical true profiles: every row's early-half share stays near 0.5; the band is the quantile of the
     simulated |share − 0.5| (recomputed here from the same runs), and it grows with the quantile."""

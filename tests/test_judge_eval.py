@@ -184,10 +184,12 @@ def test_sample_test_prompts_cycles_the_test_split_and_matches_sample_policy(tmp
         sample_test_prompts(p, 0)
 
 
+@pytest.mark.research
 def test_committed_pairwise_probe_reproduces_notebook_06_and_locates_quality_s_loss():
-    """research/probes/pairwise_probe.py re-sampled notebook 06's 1,024-sample quality draws: its win rates are notebook 06's
-    seed rates, its split adds up, and the README's reading holds: the loss to uniform is decided by the quality
-    distance, not by the attribute count, and by differences far smaller than the gap to real canvases."""
+    """research/probes/pairwise_probe.py re-sampled notebook 06's 1,024-sample quality draws: its win rates are notebook
+    06's seed rates, its split adds up, and the reading of research/rounds/19-lambda-sweep.md holds: the loss to uniform
+    is decided by the quality distance, not by the attribute count, and by differences far smaller than the gap to real
+    canvases."""
     from pathlib import Path
 
     from recast.io import read_csv
@@ -230,10 +232,11 @@ def test_committed_pairwise_probe_reproduces_notebook_06_and_locates_quality_s_l
     assert gap > 25  # every policy sits ~30 feature units from real canvases; ReCAST and uniform differ by < 0.5
 
 
+@pytest.mark.research
 def test_committed_quality_ablations_lean_further_to_uniform():
-    """The README's ablation table: trained without realism or without contrast (3 seeds, uniform and
-    sharpness-heavy budgets over the remaining rewards), ReCAST's pairwise win rate against uniform falls further
-    below 0.5 and the distance shift grows, so no single reward causes quality's pairwise loss."""
+    """The ablation table of research/rounds/19-lambda-sweep.md: trained without realism or without contrast (3 seeds,
+    uniform and sharpness-heavy budgets over the remaining rewards), ReCAST's pairwise win rate against uniform falls
+    further below 0.5 and the distance shift grows, so no single reward causes quality's pairwise loss."""
     from pathlib import Path
 
     from recast.io import read_csv
@@ -258,11 +261,12 @@ def test_committed_quality_ablations_lean_further_to_uniform():
         assert np.mean([float(r[f"rho_{left_out}"]) for r in pairs]) > 0.2
 
 
+@pytest.mark.research
 def test_committed_fixed_w_control_reads_as_the_readme_says():
-    """research/probes/fixed_w_runs.py trained method=fixed at ReCAST's time-averaged W (quality, uniform and sharpness-heavy
-    budgets, seeds 0-2). The README reads: its Fréchet distance beats uniform's in every seed, as ReCAST's does, and
-    sits near ReCAST's; it loses the pairwise judge to uniform in the uniform budget, ties it in sharpness-heavy,
-    and there is preferred to ReCAST in every seed."""
+    """research/probes/fixed_w_runs.py trained method=fixed at ReCAST's time-averaged W (quality, uniform and
+    sharpness-heavy budgets, seeds 0-2). research/rounds/19-lambda-sweep.md reads: its Fréchet distance beats uniform's
+    in every seed, as ReCAST's does, and sits near ReCAST's; it loses the pairwise judge to uniform in the uniform
+    budget, ties it in sharpness-heavy, and there is preferred to ReCAST in every seed."""
     from pathlib import Path
 
     from recast.io import read_csv
@@ -292,11 +296,13 @@ def test_committed_fixed_w_control_reads_as_the_readme_says():
             assert all(value(vs_recast, b, s, "fixed vs recast", "win_rate") > 0.5 for s in (0, 1, 2))
 
 
+@pytest.mark.research
 def test_committed_compose_fixed_w_control_beats_uniform_and_ties_recast():
-    """research/probes/fixed_w_runs.py compose --budgets uniform --evaluate: its ReCAST - uniform rows are notebook 06's at
-    1,024 samples (same runs, same draws), and the fixed W at ReCAST's time-averaged W wins strict, colour, the Fréchet
-    distance and the pairwise judge against uniform while tying ReCAST on every judge (the README's table); over all
-    six budgets (three of them re-trained on another machine) the tallies of the README's second table."""
+    """research/probes/fixed_w_runs.py compose --budgets uniform --evaluate: its ReCAST - uniform rows are notebook 06's
+    at 1,024 samples (same runs, same draws), and the fixed W at ReCAST's time-averaged W wins strict, colour, the
+    Fréchet distance and the pairwise judge against uniform while tying ReCAST on every judge (the table of
+    research/rounds/19-lambda-sweep.md); over all six budgets (three of them re-trained on another machine) the tallies
+    of that page's second table."""
     from pathlib import Path
 
     from recast.io import read_csv
@@ -352,11 +358,13 @@ def test_committed_compose_fixed_w_control_beats_uniform_and_ties_recast():
     assert {v for (b, base), v in pairwise.items() if base == "recast"} == {"tie"} and len(pairwise) == 12
 
 
+@pytest.mark.research
 def test_committed_profile_w_control_reads_as_the_readme_says():
-    """research/probes/fixed_w_runs.py --w-from profile.json: compose, uniform budget, a W profiled once on the base model
-    (tweedie at 64 samples; the ground truth at 256) beats uniform on strict and loses no attribute judge; against
-    ReCAST only the README's cells differ; its ReCAST - uniform rows are notebook 06's verdicts. The tweedie profile
-    also in digit-heavy (every judge ties) and position_flat-heavy (blur wins against both, digit loses to ReCAST)."""
+    """research/probes/fixed_w_runs.py --w-from profile.json: compose, uniform budget, a W profiled once on the base
+    model (tweedie at 64 samples; the ground truth at 256) beats uniform on strict and loses no attribute judge; against
+    ReCAST only the cells that research/rounds/19-lambda-sweep.md lists differ; its ReCAST - uniform rows are notebook
+    06's verdicts. The tweedie profile also in digit-heavy (every judge ties) and position_flat-heavy (blur wins against
+    both, digit loses to ReCAST)."""
     from pathlib import Path
 
     from recast.io import read_csv

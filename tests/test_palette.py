@@ -135,6 +135,7 @@ def test_the_preference_judge_s_real_references_follow_the_palette():
     assert torch.equal(preference._reference_features(prompts), primary)
 
 
+@pytest.mark.research
 @pytest.mark.parametrize("name", list(data.PALETTES))
 def test_the_drawn_colour_probe_reads_real_canvases_in_either_palette(name):
     """`research/probes/alone_colour_probe.drawn_colour`, which `position_colour_probe` groups samples by, returns the colour a

@@ -71,6 +71,7 @@ def test_missing_weights_name_path_and_script(tmp_path):
         rewards.get("digit")("cpu", weights_dir=tmp_path)
 
 
+@pytest.mark.slow
 def test_outputs_shape_range_dtype(batch, fns):
     images, prompts, gen = batch
     probes = [images, random_degrade(images, gen), torch.zeros_like(images), torch.rand(images.shape, generator=gen)]
@@ -525,6 +526,7 @@ def test_sharpness_steep_hinged_scales_the_faint_and_keeps_the_rest(batch, fns):
     torch.testing.assert_close(hinged(images, prompts)[big], steep_slope(J)[big].clamp(0, 1).float())
 
 
+@pytest.mark.research
 def test_steep_guard_probe_scores_the_registered_rewards_it_names(batch, fns):
     """research/probes/steep_guard_probe.py's guard rows are the rewards their names say: the soft gate is sharpness_steep
     and hinge 8 is sharpness_steep_hinged, bit for bit on real canvases, so its committed table describes them."""
@@ -542,6 +544,7 @@ def test_steep_guard_probe_scores_the_registered_rewards_it_names(batch, fns):
                        fns["sharpness_steep_hinged"](images, prompts))
 
 
+@pytest.mark.research
 def test_steep_guard_probe_texture_gate_pays_a_smooth_edge_whole_and_scales_a_pixel_line(fns):
     """The probe's texture guard is sharpness_steep times min(1, (1 - alternation) / (1 - a)): a filled square's
     edges never reverse at the next pixel (alternation 0), so it keeps sharpness_steep's score; a one-pixel line
@@ -742,7 +745,8 @@ def test_realism_centred_is_realism_conditional_with_each_size_head_shifted(fns)
     torch.testing.assert_close(fns["realism_centred"](images, prompts), torch.sigmoid((z - centre) / t))
     torch.testing.assert_close(fns["realism_conditional"](images, prompts), torch.sigmoid(z / t))
     assert fns["realism_centred"](images, prompts).median() > 0.95
-    # small prompts' base samples look less real to their head than large prompts' to theirs (README)
+    # small prompts' base samples look less real to their head than large prompts' to theirs
+    # (research/rounds/04-centred-realism.md)
     assert rewards.REALISM_CENTRES[0] < rewards.REALISM_CENTRES[1] < 0
 
 
@@ -752,6 +756,7 @@ def _conditional_net():
     return nets.load_net("realism_conditional_cnn", nets.realism_conditional_net, "cpu", None)
 
 
+@pytest.mark.slow
 def test_realism_centres_recomputed_from_their_recipe():
     """REALISM_CENTRES is the mean realism_conditional logit per prompted size of the committed base model's ODE
     samples of 256 train-split prompts (seed 1, 10 steps): recomputed here, to the 3 decimals it is stored with; a

@@ -133,6 +133,7 @@ def test_w_timing_reads_the_last_W_of_each_finished_recast_run(tmp_path):
     assert rows[0]["max_deviation"] == pytest.approx(0.6)  # 0.4 / 0.25 - 1 and |0.1 / 0.25 - 1|
 
 
+@pytest.mark.slow
 def test_sweep_runs_skips_finished_and_a_row_command_reproduces_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     runs = plan_sweep(world="tiny", settings=("compose",), budgets=("uniform",), methods=("uniform",), seeds=(3,),
@@ -195,6 +196,7 @@ def test_compare_and_training_change_floor_a_pass_rate_spread_at_one_prompt():
     assert change[("recast", "judge/strict")]["verdict"] == "better"
 
 
+@pytest.mark.research
 def test_fixed_w_runs_mean_W_keeps_the_marginals(tmp_path):
     """research/probes/fixed_w_runs.py averages ReCAST's applied W over iterations and seeds: the mean of matrices with the
     same row sums (λ) and equal column sums has them too, so `method=fixed` accepts it; bad records are refused."""
@@ -230,6 +232,7 @@ def test_fixed_w_runs_mean_W_keeps_the_marginals(tmp_path):
         mod.mean_W([tmp_path / "seed_1"])
 
 
+@pytest.mark.research
 def test_fixed_w_runs_merges_budgets_into_the_committed_tables(tmp_path):
     """research/probes/fixed_w_runs.py adds budgets a few at a time: a later run replaces its own budgets' rows and keeps the
     others, in the order the tables are written in; merging a table's own rows back leaves it byte for byte."""

@@ -1,4 +1,5 @@
-"""The README's sweep tables: read back from the CSVs the notebooks write, counted and formatted exactly."""
+"""The sweep tables of research/rounds/19-lambda-sweep.md: read back from the CSVs the notebooks write, counted and
+formatted exactly."""
 
 import pytest
 
@@ -160,30 +161,3 @@ def test_hacking_table_lists_the_judges_that_fell_while_the_reward_rose():
     assert hacking_table(change).splitlines()[2:] == [
         "| quality / uniform | recast | +0.200 (better) | strict -0.050, fid +120.0 |",
         "| quality / uniform | uniform | +0.010 (unchanged) | none |"]
-
-
-def test_readme_prints_the_committed_sweeps_report_verbatim():
-    """"Nothing is typed by hand": the README's λ-sweep tables are `report` of the committed CSVs, character for
-    character, so a re-run sweep whose tables were not pasted back fails here."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    assert report(root / "research" / "tables") in (root / "README.md").read_text()
-
-
-def test_readme_prints_the_committed_256_sample_rescore_verbatim():
-    """The README's 256-sample section is `rescore_report` of the committed judge_eval_256 CSVs, character for
-    character."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    assert rescore_report(root / "research" / "tables", "judge_eval_256") in (root / "README.md").read_text()
-
-
-def test_readme_prints_the_committed_fixed_w_control_verbatim():
-    """The README's fixed-W control on today's world is `fixed_w_report` of the committed fixed_w_glyph CSVs,
-    character for character."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    assert fixed_w_report(root / "research" / "tables", "fixed_w_glyph") in (root / "README.md").read_text()

@@ -85,6 +85,7 @@ def test_load_world_names_the_missing_file(world, tmp_path):
         load_world(tmp_path / "w")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (BASE / "world.json").is_file(),
                     reason="data/digit_base not committed yet: python -m recast.worlds.digits.pretrain --out data/digit_base")
 def test_base_checkpoint_is_in_the_quality_band():

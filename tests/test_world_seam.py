@@ -98,7 +98,7 @@ def test_process_plan_of_the_sd35_preset_on_8_gpus():
 
     plan = process_plan(preset("sd35"), 8)
     assert (plan.prompts_per_gpu, plan.images_per_gpu, plan.global_images) == (6, 144, 48 * 24)
-    assert (plan.micro_batch, plan.grad_accum) == (9, 16)  # the README's example plan
+    assert (plan.micro_batch, plan.grad_accum) == (9, 16)  # docs/paper-scale.md's example plan
 
 
 @pytest.mark.parametrize("backend", ["nft", "grpo"])
@@ -140,10 +140,11 @@ def test_sd3_tiny_runs_one_recast_iteration(tmp_path, backend):
 # the new base model, compose's position_flat / size_half_max and then sharpness; last cb574397...; regenerated
 # when sharpness began to leave out isolated specks, the glyph-only round, which moved its rows and the loss). A hash
 # pins the last bits, and those differ between CPUs: on an AMD EPYC machine every run of this repo agrees with another
-# machine's to about 1e-6 relative, never bit for bit (README "Reproducing across machines"), so the hash failed there
-# at a commit whose CI passed. The records are now compared field by field: the same keys and lines, discrete values
-# exactly, numbers to 1e-4 relative. A change here means the digit world's numbers changed: find out why before
-# regenerating tests/data/ci_run_records.json (a torch / diffusers upgrade can legitimately move the last bits).
+# machine's to about 1e-6 relative, never bit for bit (research/rounds/19-lambda-sweep.md "Reproducing across
+# machines"), so the hash failed there at a commit whose CI passed. The records are now compared field by field: the
+# same keys and lines, discrete values exactly, numbers to 1e-4 relative. A change here means the digit world's numbers
+# changed: find out why before regenerating tests/data/ci_run_records.json (a torch / diffusers upgrade can legitimately
+# move the last bits).
 CI_RUN_RECORDS = ROOT / "tests" / "data" / "ci_run_records.json"
 
 

@@ -97,7 +97,8 @@ def sample_policy(p: LoadedPolicy, prompts: list[str], *, seed: int = 0, batch_s
 def sample_test_prompts(p: LoadedPolicy, n: int, *, seed: int = 0,
                         batch_size: int = 64) -> tuple[torch.Tensor, list[str]]:
     """The world's test prompts cycled to ``n``, and the policy's ODE samples of them (`sample_policy`, noise from
-    ``seed``): the batch the probes and `recast.experiments.alone.reevaluate` read. Returns ``(images (n, 3, H, W), prompts)``."""
+    ``seed``): the batch the probes and `recast.experiments.alone.reevaluate` read. Returns ``(images (n, 3, H, W),
+    prompts)``."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     pool = p.world.prompts("test")
@@ -146,10 +147,10 @@ def draw_seeds(noise_seed: int, seed: int, draws: int = 1, per_seed: bool = Fals
 
     Shared (``per_seed=False``): ``noise_seed, ..., noise_seed + draws - 1`` for every training seed, so each seed's
     policies are scored on the same samples and the draw's sampling error is common to all seeds: a t interval over
-    seeds then misses it (one 256-sample draw moves a 3-seed mean by about 0.03, README "One 256-sample draw cannot
-    decide"). Per seed: ``noise_seed + draws * seed + d``, distinct for every (seed, draw), so the draw's error differs
-    between seeds, enters the seed spread and averages over seeds. Within a seed every policy sees the same draws
-    either way, so the pairwise and final - base comparisons stay paired.
+    seeds then misses it (one 256-sample draw moves a 3-seed mean by about 0.03, research/rounds/19-lambda-sweep.md "One
+    256-sample draw cannot decide"). Per seed: ``noise_seed + draws * seed + d``, distinct for every (seed, draw), so
+    the draw's error differs between seeds, enters the seed spread and averages over seeds. Within a seed every policy
+    sees the same draws either way, so the pairwise and final - base comparisons stay paired.
 
     Raises:
         ValueError: ``draws`` < 1, or a negative training seed with ``per_seed``.
@@ -224,8 +225,8 @@ def judge_runs(judge_rows: list[dict], num_prompts: int) -> list[dict]:
     """`JudgeEval.judge_rows` as one row per trained policy, shaped like `recast.experiments.sweep_results.collect`'s.
 
     Each row carries ``method`` (the policy), ``judge/<k>`` and, from the same cell and seed's base-model row,
-    ``base:judge/<k>``, plus ``eval_prompts``, so `recast.experiments.sweep_results.compare` and `training_change` read it: the
-    paired comparisons at this evaluation's sample count instead of the training-time one.
+    ``base:judge/<k>``, plus ``eval_prompts``, so `recast.experiments.sweep_results.compare` and `training_change` read
+    it: the paired comparisons at this evaluation's sample count instead of the training-time one.
 
     Raises:
         ValueError: a (setting, budget, seed) without its base-model row, or ``num_prompts`` < 1.

@@ -5,10 +5,10 @@
     python -m recast.experiments.sweep_report --rescore judge_eval_256   # notebook 06's re-scored tables (judge_eval_256*.csv)
     python -m recast.experiments.sweep_report --fixed fixed_w_glyph      # the fixed-W control (research/probes/fixed_w_runs.py --name)
 
-Nothing in the README's sweep section is typed by hand: it is this module's output. Cells are the paired ReCAST −
-baseline difference over seeds; a trailing **W** (win) or *L* (loss) marks a cell whose 95 % interval excludes zero,
-a bare number is a tie. The Fréchet distance and the defect rates are lower-is-better, so a negative difference there
-is a win.
+Nothing in the tables of the λ-sweep page, research/rounds/19-lambda-sweep.md, is typed by hand: they are this module's
+output. Cells are the paired ReCAST − baseline difference over seeds; a trailing **W** (win) or *L* (loss) marks a cell
+whose 95 % interval excludes zero, a bare number is a tie. The Fréchet distance and the defect rates are
+lower-is-better, so a negative difference there is a win.
 """
 
 from __future__ import annotations
@@ -180,8 +180,9 @@ def fell_table(change: list[dict]) -> str:
 
 
 def report(results: str | Path, name: str = "lambda_sweep", judge: str | None = "judge_eval") -> str:
-    """Every README table of one sweep: the tally, the paired judge and reward tables per baseline, the sample
-    efficiency, and (when notebook 06 has run) the pairwise-judge win rates."""
+    """Every table of one sweep on the λ-sweep page (research/rounds/19-lambda-sweep.md): the tally, the paired judge
+    and reward tables per baseline, the sample efficiency, and (when notebook 06 has run) the pairwise-judge win
+    rates."""
     results = Path(results)
     paired = read_csv(results / f"{name}_paired.csv")
     out = ["Win / tie / loss of ReCAST per baseline (a cell is a win or a loss only when its 95 % interval over "
@@ -211,8 +212,8 @@ def report(results: str | Path, name: str = "lambda_sweep", judge: str | None = 
 
 
 def rescore_report(results: str | Path, judge: str = "judge_eval_256") -> str:
-    """Every README table of notebook 06's re-score ``judge`` (``<judge>_compare.csv``, ``_change.csv`` and
-    ``<judge>.csv``): the judges' win / tie / loss tally per baseline, the paired judge tables, the judges that
+    """Every table of notebook 06's re-score ``judge`` (``<judge>_compare.csv``, ``_change.csv`` and ``<judge>.csv``)
+    on the λ-sweep page: the judges' win / tie / loss tally per baseline, the paired judge tables, the judges that
     training made worse (`fell_table`), and the pairwise-judge win rates."""
     results = Path(results)
     compare = [r for r in read_csv(results / f"{judge}_compare.csv") if r["metric"].startswith("judge/")]
@@ -230,10 +231,10 @@ def rescore_report(results: str | Path, judge: str = "judge_eval_256") -> str:
 
 
 def fixed_w_report(results: str | Path, name: str = "fixed_w_glyph") -> str:
-    """Every README table of the fixed-W control (`research/probes/fixed_w_runs.py --name name --evaluate`), per setting
-    that has its three CSVs: the win / tie / loss tally of each comparison (fixed W − uniform, fixed W − ReCAST,
-    ReCAST − uniform) on the held-out judges at 1,024 samples per seed and on the training rewards, the paired judge
-    table of each comparison, and the pairwise-judge win rates of the fixed W against each.
+    """Every table of the fixed-W control (`research/probes/fixed_w_runs.py --name name --evaluate`) on the λ-sweep
+    page, per setting that has its three CSVs: the win / tie / loss tally of each comparison (fixed W − uniform, fixed W
+    − ReCAST, ReCAST − uniform) on the held-out judges at 1,024 samples per seed and on the training rewards, the paired
+    judge table of each comparison, and the pairwise-judge win rates of the fixed W against each.
 
     Raises:
         FileNotFoundError: no setting has all three of ``<name>_<setting>{,_compare,_rewards}.csv``.

@@ -34,8 +34,8 @@ JITTER: int = 1  # max placement jitter in pixels, each axis
 # The palettes a world can be drawn in. Every entry has a maximum channel of exactly 1 (so ``ink_intensity`` reads the
 # glyph on a real canvas in either). "primary" is the default world's. In it yellow is the one colour drawn in two
 # channels, so its ink carries twice the energy of the others against the same noise, and the base model places
-# yellow glyphs earliest (README, "The tile-from-scratch round"). "equal_energy" is the palette probe's: four hues
-# that are each one channel at 1 and a second at 0.5, so every colour has squared norm 1.25.
+# yellow glyphs earliest (research/rounds/03-tile-from-scratch.md "The tile-from-scratch round"). "equal_energy" is the
+# palette probe's: four hues that are each one channel at 1 and a second at 0.5, so every colour has squared norm 1.25.
 PALETTES: dict[str, dict[str, tuple[float, float, float]]] = {
     "primary": {
         "red": (1.0, 0.0, 0.0),
@@ -50,8 +50,8 @@ PALETTES: dict[str, dict[str, tuple[float, float, float]]] = {
         "blue": (0.0, 0.5, 1.0),
     },
 }
-# The process's palette. `set_palette` (which `recast.worlds.digits.model.load_world` calls with the world's own palette)
-# rewrites its values in place, so every reader of ``COLORS`` sees the palette of the world last loaded.
+# The process's palette. `set_palette` (which `recast.worlds.digits.model.load_world` calls with the world's own
+# palette) rewrites its values in place, so every reader of ``COLORS`` sees the palette of the world last loaded.
 COLORS: dict[str, tuple[float, float, float]] = dict(PALETTES["primary"])
 # Region boxes (y0, x0, y1, x1), half-open pixel bounds: the four 12x12 quadrants.
 _H = CANVAS // 2

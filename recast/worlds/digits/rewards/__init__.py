@@ -21,8 +21,9 @@ RewardFn = Callable[[torch.Tensor, list[str]], torch.Tensor]
 Factory = Callable[..., RewardFn]
 
 # Each setting trains one reward per property its held-out judges check, and each reward reads its property by an
-# independent route (the judges never train). Every reward here raised its own judge and cost no other when trained
-# alone (research/rounds, "Each reward alone").
+# independent route (the judges never train). Each was trained alone against every judge before it joined a setting
+# (research/rounds/22-each-reward-alone.md); two of the eight still miss that single-reward rule on one evaluation
+# draw or the other (research/rounds/01-targets.md).
 SETTINGS: dict[str, tuple[str, ...]] = {
     # what the prompt asks for: the digit, its colour, its place and its size, plus sharpness, because learning the
     # four attributes alone blurs the glyph and sharpness is the one reward whose judge is the blur defect
@@ -30,14 +31,14 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     # image quality without prompt attributes: one reward per defect judge (blur, speckle, fade) and one for realism
     "quality": ("sharpness", "speck_free", "wash_free", "realism_centred"),
     # a positive control for the timing of credit: the earliest (colour) and the latest (speck_free) reward by the
-    # ground truth on the committed base model, so ReCAST's W must put them in opposite halves of the grid
+    # ground truth on the committed base model, so ReCAST's W should give colour its weight earlier than speck_free
     "timing": ("color", "speck_free"),
 }
 
 # A setting's default budgets λ where they are not equal (an explicit λ always wins; `recast.config.resolve_budgets`).
 # Quality's put EMPHASIS on sharpness: with equal budgets the three other quality rewards each pay for blur in
 # combination and the uniform baseline's blur rises, which a reward-sum user would not accept either. Chosen on the
-# uniform baseline only, never on ReCAST's runs (research/rounds, "Quality's default budgets").
+# uniform baseline only, never on ReCAST's runs (research/rounds/19-lambda-sweep.md, "Quality's default budgets").
 BUDGETS: dict[str, tuple[float, ...]] = {
     "quality": (0.55, 0.15, 0.15, 0.15),  # sharpness, speck_free, wash_free, realism_centred
 }
@@ -116,8 +117,8 @@ def _realism_canonical_factory(device: torch.device | str = "cpu", weights_dir=N
     samples of its five runs) and the size judge's small prompts fell from 0.59 to 0.09. In the canonical view a
     glyph's size and place are invisible, so this reward cannot pay for size directly. Trained alone it grew the
     glyphs further (13.6 px) and failed on strict, colour and size, with no Fréchet gain: the growth is not the
-    prompt-blind CNN's size preference (README "The realism-size round"). Agreement with the defect-free
-    verdict 0.760 (realism's 0.834)."""
+    prompt-blind CNN's size preference (research/rounds/05-realism-size.md "The realism-size round"). Agreement with the
+    defect-free verdict 0.760 (realism's 0.834)."""
     from recast.worlds.digits.rewards import nets
 
     net = nets.load_net("realism_canonical_cnn", nets.realism_net, device, weights_dir)
@@ -142,8 +143,8 @@ def _realism_conditional_factory(device: torch.device | str = "cpu", weights_dir
     `realism` and its size-blind view (`realism_canonical`) both grew every glyph when trained alone. Alone, this one
     passes the single-reward rule (Fréchet -814 +- 146, size -0.007 +- 0.024), but the flat size judge averages a
     loss on small prompts (0.59 -> 0.28; their glyphs still grow to 10.8 px) with a gain on large ones (0.62 ->
-    0.89), and its agreement with the defect-free verdict is 0.745, under 0.8 (README "The realism-size
-    round")."""
+    0.89), and its agreement with the defect-free verdict is 0.745, under 0.8 (research/rounds/05-realism-size.md "The
+    realism-size round")."""
     from recast.worlds.digits.rewards import nets
 
     net = nets.load_net("realism_conditional_cnn", nets.realism_conditional_net, device, weights_dir)
@@ -157,8 +158,8 @@ def _realism_conditional_factory(device: torch.device | str = "cpu", weights_dir
 
 
 # realism_conditional's mean logit per prompted size on the base model's ODE samples of 256 train-split prompts
-# (`recast.worlds.digits.audit.sample_world(load_world(), split="train", seed=1)`, 10 steps), in `data.SIZES` order; a test
-# recomputes them (`tests/test_rewards.py`)
+# (`recast.worlds.digits.audit.sample_world(load_world(), split="train", seed=1)`, 10 steps), in `data.SIZES` order; a
+# test recomputes them (`tests/test_rewards.py`)
 REALISM_CENTRES: tuple[float, ...] = (-15.014, -8.823)
 
 
@@ -211,11 +212,11 @@ def _realism_centred_factory(device: torch.device | str = "cpu", weights_dir=Non
 
     The same CNN and temperature as `realism_conditional`; only each head's zero moves. Uncentred, base samples of
     small prompts score 0.01 (mean logit -15.0) and of large ones 0.09 (-8.8), so under the trainer's batch-wide std
-    small prompts' groups carry almost no signal, and their glyphs grew with the large prompts' (README "The
-    realism-size round"). Centred, the base model's mean logit of either size sits at the sigmoid's midpoint (on the
-    audit's test draw small prompts score 0.57 on average, large ones 0.49). The order within a size is unchanged;
-    across sizes it changes, which is what lifts the agreement with the defect-free verdict from 0.745 to 0.812
-    (README "The centred-realism round")."""
+    small prompts' groups carry almost no signal, and their glyphs grew with the large prompts'
+    (research/rounds/05-realism-size.md "The realism-size round"). Centred, the base model's mean logit of either size
+    sits at the sigmoid's midpoint (on the audit's test draw small prompts score 0.57 on average, large ones 0.49). The
+    order within a size is unchanged; across sizes it changes, which is what lifts the agreement with the defect-free
+    verdict from 0.745 to 0.812 (research/rounds/04-centred-realism.md "The centred-realism round")."""
     from recast.worlds.digits.rewards import nets
 
     net = nets.load_net("realism_conditional_cnn", nets.realism_conditional_net, device, weights_dir)
@@ -243,9 +244,9 @@ def _oracle(verdict: str) -> Factory:
     It breaks the rule every training reward keeps (an independent route to the judge's property), on purpose: it
     agrees with its judge perfectly, so its single-reward runs show what learning the property costs the other
     judges once reward design is taken out. A cost that a setting reward and its oracle both pay comes with learning
-    the property in this world, not from the reward's design (README "The oracle control"). It is not a ceiling: a
-    0/1 verdict is a coarser signal than a smooth reward, and colour and sharpness pass the rule where their oracles
-    fail. Range {0, 1}."""
+    the property in this world, not from the reward's design (research/rounds/21-oracle-control.md). It is not a
+    ceiling: a 0/1 verdict is a coarser signal than a smooth reward, and colour and sharpness pass the rule where their
+    oracles fail. Range {0, 1}."""
     from recast.worlds.digits.judges.agreement import verdict_reward
 
     def factory(device: torch.device | str = "cpu") -> RewardFn:

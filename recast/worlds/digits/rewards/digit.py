@@ -1,8 +1,8 @@
 """The digit world's rule-based rewards: four compose (GenEval-like: digit, color, position_flat, size_half_max) and the
 quality rewards sharpness and wash_free (realism is a CNN, `recast.worlds.digits.rewards`; speck_free, quality's speckle
-reward, is in `recast.worlds.digits.rewards.specks`); also rewards in no setting: compose's position and size from before
-the blur round (``position``, ``size``, which pay for blur), quality's ``clean`` from before the glyph-only round and
-``contrast`` from before the wash-free round, ``clean_mass``, ``contrast_flat``, and a placebo without signal.
+reward, is in `recast.worlds.digits.rewards.specks`); also rewards in no setting: compose's position and size from
+before the blur round (``position``, ``size``, which pay for blur), quality's ``clean`` from before the glyph-only round
+and ``contrast`` from before the wash-free round, ``clean_mass``, ``contrast_flat``, and a placebo without signal.
 
 Every reward is a vectorised function ``(images (B, 3, H, W) in [0, 1], prompts: list[str]) -> Tensor[B]``, float32
 in ``[0, 1]``, higher is better. The glyph intensity ``I = max_c images`` (``data.ink_intensity``) is the ink map: the
@@ -11,8 +11,8 @@ palette colours all have a maximum channel of 1, so on a real canvas ``I`` is ex
 When is each reward informative during denoising (the ReCAST question)? ``color`` and ``position`` read global,
 low-frequency structure and can judge a sample early; ``size`` early-to-mid; ``digit`` needs the glyph's shape (mid);
 ``contrast`` mid-to-late; ``sharpness``, ``clean`` and ``realism`` read edges and pixel-level noise (late; clean's ink
-gate also reads whether there is a glyph at all, which is settled early). The measured answers are in the README,
-"When is each reward informative?".
+gate also reads whether there is a glyph at all, which is settled early). The measured answers are in
+research/rounds/24-figure-02.md.
 """
 
 from __future__ import annotations
@@ -164,8 +164,8 @@ def size_half_max_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tens
     """`size_reward` on the half-maximum extent (``ink_side(..., relative=True)``, its threshold re-derived the same
     way). On base-model samples, blur dims a glyph's faint outer rows below the absolute level 0.3, which shrinks
     the side `size_reward` reads and pays small prompts for blur (research/probes/blur_pays_probe.py); the half-maximum
-    crossing of a blurred edge stays in place. Compose's size reward since the blur round (README "Each reward
-    alone")."""
+    crossing of a blurred edge stays in place. Compose's size reward since the blur round
+    (research/rounds/22-each-reward-alone.md)."""
     return _size_verdict(images, prompts, relative=True)
 
 
@@ -269,12 +269,12 @@ def clean_mass_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     also reads) and the mass count of `speck_mass` (3x3 windows of stray ink, which a blur keeps).
 
     ``clean`` pays for blur: a Gaussian blur of σ 0.5 px raises it on about 60 % of base samples, because a blurred
-    speck's peak falls below the per-pixel level, and a policy trained on clean alone blurs (README "Each reward
-    alone"). The mass count alone does not pay for blur, but ranks the speckle judge's verdicts apart with AUC 0.79
-    on the audit samples, where ``clean`` reaches 0.87; the mean of the two keeps the agreement above 0.8 and halves
-    what a blur earns on the audit samples (`research/probes/clean_blur_probe.py`). Trained in clean's place it does not stop
-    the quality setting's blur (+0.048 +- 0.037 against +0.055 +- 0.049, `research/probes/compose_variants.py --setting
-    quality`), so it is in no setting."""
+    speck's peak falls below the per-pixel level, and a policy trained on clean alone blurs
+    (research/rounds/22-each-reward-alone.md). The mass count alone does not pay for blur, but ranks the speckle judge's
+    verdicts apart with AUC 0.79 on the audit samples, where ``clean`` reaches 0.87; the mean of the two keeps the
+    agreement above 0.8 and halves what a blur earns on the audit samples (`research/probes/clean_blur_probe.py`).
+    Trained in clean's place it does not stop the quality setting's blur (+0.048 +- 0.037 against +0.055 +- 0.049,
+    `research/probes/compose_variants.py --setting quality`), so it is in no setting."""
     _specs(prompts, images.shape[0])
     specks, mean = stray_ink(images)
     return _clean_score(images, 0.5 * (specks + speck_mass(images)), mean)
@@ -320,7 +320,7 @@ def contrast_flat_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tens
     its level, 0.57 to 0.94), so ink brighter than real glyphs' pays nothing. ``contrast`` paid for brighter ink:
     trained alone its policy raised the level past the floor (0.36 -> 0.63, the glyph's inked pixels doubled) and the
     Fréchet distance (+369 +- 167), while its oracle control, the fade verdict itself, lowered the Fréchet distance
-    (README "The oracle control"). Below the floor it is ``contrast / L``, so dim ink, a grey wash and bleeding
+    (research/rounds/21-oracle-control.md). Below the floor it is ``contrast / L``, so dim ink, a grey wash and bleeding
     colours cost it as they cost ``contrast``, in proportion. Trained alone it lowers the Fréchet distance
     (-234 +- 166) but still grows the glyph up to the floor and costs colour and size. Range [0, 1]; in no
     setting."""
@@ -336,12 +336,12 @@ def wash_free_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     of its glyph. ``contrast`` and ``contrast_flat`` also paid for brighter ink, which the fade judge does not check:
     trained alone, ``contrast_flat`` raised the ink level to its floor by doubling the glyph's inked pixels (38 -> 76
     on 128 test samples, side 8.9 -> 13.0 px), costing the size and colour judges, while the oracle control, the
-    fade verdict itself, cleared the background and left the level alone (README "The oracle control"). The hinge
-    (as speck_free's) takes a canvas without ink to 0, so erasing does not pay. Trained alone it loses neither
-    colour nor size and gains the most Fréchet distance (-814 +- 122), but it still grows the glyph (62 inked
-    pixels: its saturation is I^2-weighted, so brighter ink weighs the saturated pixels more). Its blur cost under
-    the glyph-only blur judge (+0.080 +- 0.041) was that judge's: with the peak-clipped judge it is +0.023 +- 0.040,
-    and it passes the single-reward rule. Quality's fade reward since the wash-free round. Range [0, 1]."""
+    fade verdict itself, cleared the background and left the level alone (research/rounds/21-oracle-control.md). The
+    hinge (as speck_free's) takes a canvas without ink to 0, so erasing does not pay. Trained alone it loses neither
+    colour nor size and gains the most Fréchet distance (-814 +- 122), but it still grows the glyph (62 inked pixels:
+    its saturation is I^2-weighted, so brighter ink weighs the saturated pixels more). Its blur cost under the
+    glyph-only blur judge (+0.080 +- 0.041) was that judge's: with the peak-clipped judge it is +0.023 +- 0.040, and it
+    passes the single-reward rule. Quality's fade reward since the wash-free round. Range [0, 1]."""
     _specs(prompts, images.shape[0])
     _, sat, background = _contrast_terms(images)
     gate = (above_background(images).sum((1, 2)) / WASH_FREE_INK_MASS).clamp(0.0, 1.0)
@@ -351,7 +351,8 @@ def wash_free_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 def placebo_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """A reward with no signal, for the null of training: a hash of the image's pixels (quantised to 1/255) mapped
     to [0, 1). Deterministic and uniform over distinct images, and unrelated to any property of the image, so a run
-    trained on it shows what optimisation noise alone does to the judges (`recast.experiments.alone`). Not in any setting."""
+    trained on it shows what optimisation noise alone does to the judges (`recast.experiments.alone`). Not in any
+    setting."""
     import hashlib
 
     import numpy as np

@@ -92,11 +92,10 @@ def glyph_frame(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     its half-maximum box.
 
     Read on the ink above the canvas' own background (`recast.worlds.digits.rewards.digit.above_background`, blind to a
-    uniform wash) with isolated specks left out (`recast.worlds.digits.rewards.specks.speck_mask`). The box holds the rows
-    and columns whose ink reaches half the glyph's own peak (`SIZE_HALF_MAX_LEVEL`, the level of
-    ``ink_side(..., relative=True)``), which a symmetric blur leaves in place; the centre is its midpoint and the side
-    its larger extent. An inkless canvas gets the canvas centre and side `CANONICAL_SIDE`, so its view is the canvas
-    itself."""
+    uniform wash) with isolated specks left out (`recast.worlds.digits.rewards.specks.speck_mask`). The box holds the
+    rows and columns whose ink reaches half the glyph's own peak (`SIZE_HALF_MAX_LEVEL`, the level of ``ink_side(...,
+    relative=True)``), which a symmetric blur leaves in place; the centre is its midpoint and the side its larger
+    extent. An inkless canvas gets the canvas centre and side `CANONICAL_SIDE`, so its view is the canvas itself."""
     import recast.worlds.digits.rewards.digit as rules
     from recast.worlds.digits.rewards.specks import speck_mask
 
@@ -125,8 +124,8 @@ def canonical_view(images: torch.Tensor) -> torch.Tensor:
     touching the edge is not smeared. A glyph's size and place are therefore invisible in the view, while its
     strokes, edges, colour, wash and nearby specks are kept (resampled). The `realism_canonical` reward reads this
     view, a test of whether realism's size cost comes from the canvas-level CNN seeing size: trained alone, realism
-    grew small prompts' glyphs to a large glyph's side, and so did realism_canonical (README "The realism-size
-    round")."""
+    grew small prompts' glyphs to a large glyph's side, and so did realism_canonical (research/rounds/05-realism-size.md
+    "The realism-size round")."""
     images = images.float()
     B, C, H, W = images.shape
     centre, side = glyph_frame(images)

@@ -12,13 +12,14 @@ least a bright pixel's worth, centred where the ring of pixels at Chebyshev dist
 Any part of a stroke has ink at distance 2 (strokes are longer than 3 px), a stroke's end too, so a real glyph
 scores ~1 whatever its shape, size or brightness. The window reads a speck's mass, not its peak, so a blur does not
 hide it: a count of bright pixels (a first version of this reward) lost blurred specks and paid for blur, by +0.19
-on average and on 88 % of base samples at 0.75 px (`research/probes/speck_probe.py`). A blur still pays a little (+0.036 at
-0.75 px): it spreads the glyph's ink onto the ring of specks near it, and they stop counting. Trained alone,
-speck_free removes speckle and blurs (README "Each reward alone"); clean's mean stray ink pays against that spread.
+on average and on 88 % of base samples at 0.75 px (`research/probes/speck_probe.py`). A blur still pays a little (+0.036
+at 0.75 px): it spreads the glyph's ink onto the ring of specks near it, and they stop counting. Trained alone,
+speck_free removes speckle and blurs (research/rounds/22-each-reward-alone.md "Each reward alone"); clean's mean stray
+ink pays against that spread.
 
 The speckle judge reads the same property by another route: connected components of the thresholded ink mask, far
-from the largest one (`recast.worlds.digits.judges.ink`); this reward has neither components nor a notion of "the glyph",
-only each window's own neighbourhood, and it is soft.
+from the largest one (`recast.worlds.digits.judges.ink`); this reward has neither components nor a notion of "the
+glyph", only each window's own neighbourhood, and it is soft.
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ def speck_free_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     (it binds below 2 units of ink, under the faintest 1 % of base-model samples, so unlike clean's soft gate it does
     not score how much ink a sample has). A blur keeps a speck's window mass, so blurring moves it little (the
     audit's base samples at 0.5 / 0.75 / 1 px: +0.024 / +0.036 / +0.043 on average; a count of bright pixels: +0.063
-    / +0.188 / +0.274; `research/probes/speck_probe.py`). When it is informative: README "When is each reward
-    informative?"."""
+    / +0.188 / +0.274; `research/probes/speck_probe.py`). When it is informative: research/rounds/24-figure-02.md "When
+    is each reward informative?"."""
     return _speck_free_score(images, prompts, absolute=False)
 
 
@@ -131,9 +132,9 @@ def speck_free_abs_reward(images: torch.Tensor, prompts: list[str]) -> torch.Ten
     `research/probes/alone_samples_probe.py`) while its speck count halves and the judge's falls by a fifth: with levels
     relative to the peak, a brighter glyph makes every dim blob count less. Here a speck of brightness ``a`` counts
     ``bright(a)`` whatever the glyph, so that route is closed, and a blur does not pay on base samples (-0.005 at
-    0.75 px, speck_free +0.036; `research/probes/speck_probe.py`). Yet trained alone it brightens the peak as much (0.725)
-    and still blurs (README "Each reward alone"): thin parts of a faint glyph read as specks (dimming real glyphs to
-    0.6 costs a fifth of them up to 0.17), another route by which brightness pays. It is decided earlier than the
-    relative version (figure 02's draws: 3.06 / 3.02 against 3.21 / 3.21) and agrees less with the speckle verdict
-    (AUC 0.878 against 0.909), so speck_free stays the setting's reward."""
+    0.75 px, speck_free +0.036; `research/probes/speck_probe.py`). Yet trained alone it brightens the peak as much
+    (0.725) and still blurs (research/rounds/22-each-reward-alone.md "Each reward alone"): thin parts of a faint glyph
+    read as specks (dimming real glyphs to 0.6 costs a fifth of them up to 0.17), another route by which brightness
+    pays. It is decided earlier than the relative version (figure 02's draws: 3.06 / 3.02 against 3.21 / 3.21) and
+    agrees less with the speckle verdict (AUC 0.878 against 0.909), so speck_free stays the setting's reward."""
     return _speck_free_score(images, prompts, absolute=True)

@@ -1,16 +1,17 @@
 """``sharpness_steep``: a sharpness reward read from the glyph's steepest edges, in no setting yet.
 
-The blur verdict (`recast.worlds.digits.judges.defects`) is decided late: figure 02's ground truth puts 71 % of its gains in
-the cleanest third of the grid (centre of mass 3.63 of 0..5). ``sharpness``, the |g|-weighted mean edge step, is
-decided at 2.87 / 2.81 with 11 % there: the mean over every edge of the glyph moves with the glyph's shape and stroke
+The blur verdict (`recast.worlds.digits.judges.defects`) is decided late: figure 02's ground truth puts 71 % of its
+gains in the cleanest third of the grid (centre of mass 3.63 of 0..5). ``sharpness``, the |g|-weighted mean edge step,
+is decided at 2.87 / 2.81 with 11 % there: the mean over every edge of the glyph moves with the glyph's shape and stroke
 width, which are settled at high noise. Weighting each step by ``|g|^3`` instead reads the steepest edges, which only
-the last steps of denoising settle (`research/probes/timing_cache.py score sharpness_steep`: 3.58 / 3.50, 61 % / 58 % in the
-cleanest third, on figure 02's two batches). It agrees more with the blur verdict on the audit's samples (AUC 0.937
-against 0.870), and a blur costs it more (-0.20 at 0.75 px on average, sharpness -0.10), but two far specks raise it
-by +0.04 on average (sharpness +0.003): the speck mask does not remove every step a speck adds when the speck is the
-canvas' peak. Trained alone it hacks (README "Each reward alone"): blur falls, but the Fréchet distance rises by
-+3,261 and every attribute judge falls by 0.24-0.30: the policy erases the glyph to a faint mark whose few steps
-are steep relative to its own peak. So it is in no setting; `sharpness_steep_hinged_reward` guards it.
+the last steps of denoising settle (`research/probes/timing_cache.py score sharpness_steep`: 3.58 / 3.50, 61 % / 58 % in
+the cleanest third, on figure 02's two batches). It agrees more with the blur verdict on the audit's samples (AUC 0.937
+against 0.870), and a blur costs it more (-0.20 at 0.75 px on average, sharpness -0.10), but two far specks raise it by
++0.04 on average (sharpness +0.003): the speck mask does not remove every step a speck adds when the speck is the
+canvas' peak. Trained alone it hacks (research/rounds/22-each-reward-alone.md "Each reward alone"): blur falls, but the
+Fréchet distance rises by +3,261 and every attribute judge falls by 0.24-0.30: the policy erases the glyph to a faint
+mark whose few steps are steep relative to its own peak. So it is in no setting; `sharpness_steep_hinged_reward` guards
+it.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ _DEN_EPS = 1e-9  # sum |g|^3 of a faint glyph is ~1e-4: a larger floor would bia
 def steep_slope(J: torch.Tensor, peak_floor: float = 0.0) -> torch.Tensor:
     """``sum |g|^4 / (sum |g|^3 * max J)`` ``(B,)`` on the ink above the background ``J (B, H, W)``, with ``g`` the
     neighbour-to-neighbour differences, leaving out the pixels on or next to isolated specks (`glyph_steps`) as
-    `recast.worlds.digits.rewards.digit.sharpness_reward` does: the |g|^3-weighted mean step as a share of the peak. A step
-    edge of any height has slope 1; a ramp over ``w`` pixels 1 / w, as in sharpness, but the steepest edges weigh
+    `recast.worlds.digits.rewards.digit.sharpness_reward` does: the |g|^3-weighted mean step as a share of the peak. A
+    step edge of any height has slope 1; a ramp over ``w`` pixels 1 / w, as in sharpness, but the steepest edges weigh
     most. 0 on an empty canvas. ``peak_floor`` reads the steps against ``max(peak, peak_floor)`` instead, so a mark
-    fainter than the floor cannot be steep relative to its own peak (a guard `research/probes/steep_guard_probe.py` scans)."""
+    fainter than the floor cannot be steep relative to its own peak (a guard `research/probes/steep_guard_probe.py`
+    scans)."""
     gy, gx, keep = glyph_steps(J)
     num = gy.pow(4).sum((1, 2)) + gx.pow(4).sum((1, 2))
     den = gy.pow(3).sum((1, 2)) + gx.pow(3).sum((1, 2))
@@ -66,8 +68,9 @@ def sharpness_steep_hinged_reward(images: torch.Tensor, prompts: list[str]) -> t
     Trained alone, sharpness_steep's policy erases: its samples' median ink mass falls from 26 to 4, a faint mark
     whose few steps are steep relative to its own low peak, and sharpness_steep scores them +0.15 above the base
     samples. The soft gate (1 - 1/e at 2 units of ink) barely binds there. A linear hinge at 8 units, about the 7th
-    percentile of base samples, scores those samples lower than the base ones (`research/probes/steep_guard_probe.py`). It is
-    the weakest hinge on the probe's grid that does: a guard that binds more often reads more of the ink mass, which
-    is settled early, and moves the reward's gains earlier (3.17 / 3.22 here, 3.58 / 3.50 unguarded). Trained alone
-    it still fails: the Fréchet distance rises by +741 (README "The steep-guard round")."""
+    percentile of base samples, scores those samples lower than the base ones (`research/probes/steep_guard_probe.py`).
+    It is the weakest hinge on the probe's grid that does: a guard that binds more often reads more of the ink mass,
+    which is settled early, and moves the reward's gains earlier (3.17 / 3.22 here, 3.58 / 3.50 unguarded). Trained
+    alone it still fails: the Fréchet distance rises by +741 (research/rounds/13-steep-guard.md "The steep-guard
+    round")."""
     return steep_score(images, prompts, hinge=STEEP_INK_HINGE)
