@@ -22,14 +22,36 @@ def test_environment_yml_delegates_to_the_tested_pip_install():
     assert requires.startswith(">=") and tuple(map(int, py.split("."))) >= tuple(map(int, requires[2:].split(".")))
 
 
-def test_constraints_pin_torch_and_pyproject_lists_the_stack():
+def _names(reqs) -> set[str]:
+    return {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in reqs}
+
+
+def _extra(project: dict, name: str, seen=()) -> set[str]:
+    """An extra's requirements with the package's own extras (``recast[a,b]``) expanded."""
+    out = set()
+    for req in project["optional-dependencies"][name]:
+        own = re.fullmatch(r"recast\[([\w,]+)\]", req)
+        if own:
+            for sub in own.group(1).split(","):
+                if sub not in seen:
+                    out |= _extra(project, sub, (*seen, name))
+        else:
+            out |= _names([req])
+    return out
+
+
+def test_constraints_pin_torch_and_the_core_needs_only_torch_and_numpy():
+    """The core installs light (someone else's trainer needs no framework of ours); the extras carry the stack, and
+    the dev extra that CI installs holds all of it."""
     assert re.search(r"^torch==\d+\.\d+\.\d+$", (ROOT / "constraints.txt").read_text(), re.M)
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    names = {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in project["dependencies"]}
-    dev = {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in project["optional-dependencies"]["dev"]}
-    assert {"torch", "diffusers", "transformers", "accelerate", "peft", "matplotlib", "seaborn", "scikit-learn",
-            "tqdm", "safetensors"} <= names
-    assert {"jupyterlab", "ipykernel", "ipywidgets", "papermill", "nbmake", "pytest", "hypothesis"} <= dev
+    assert _names(project["dependencies"]) == {"torch", "numpy"}
+    assert {"diffusers", "transformers", "accelerate", "peft", "safetensors", "tqdm", "pyyaml"} <= _extra(project, "train")
+    assert {"matplotlib", "seaborn"} <= _extra(project, "plot")
+    assert {"jupyterlab", "ipykernel", "papermill", "nbmake", "matplotlib", "seaborn", "scikit-learn",
+            "diffusers"} <= _extra(project, "notebooks")
+    every = set().union(*(_extra(project, e) for e in project["optional-dependencies"] if e not in ("dev", "wandb")))
+    assert every | {"pytest", "hypothesis"} <= _extra(project, "dev")
 
 
 def test_ci_runs_the_readme_test_command():

@@ -6,6 +6,7 @@ import torch
 
 from recast.config import preset
 from recast.trainer import NonFiniteLossError, Trainer, load_run, train
+from recast.trainer.loop import RewardError
 
 
 def _params(trainer):
@@ -87,7 +88,8 @@ def test_nan_loss_stops_and_keeps_checkpoint(tmp_path):
     good = (tmp_path / "checkpoint.pt").read_bytes()
     tr = Trainer(cfg.replace(iterations=3, checkpoint_every=1), tmp_path, resume=True)
     tr.rewards[0] = lambda images, prompts: torch.full((images.shape[0],), float("nan"))
-    with pytest.raises(NonFiniteLossError, match="non-finite"):
+    # named as the reward's fault, not the loss's (which would send the user to lower lr / nft_beta)
+    with pytest.raises(RewardError, match=r"reward 'color' returned NaN or inf for 4 of 4 images at iteration 2"):
         tr.run()
     assert (tmp_path / "checkpoint.pt").read_bytes() == good
     assert len(load_run(tmp_path).metrics) == 1
@@ -129,6 +131,7 @@ def test_bad_out_dir_and_resume(tmp_path):
 def test_resume_compares_the_rewards_and_budgets_a_run_trained_with(tmp_path):
     """A setting's defaults may change between a run and its resume: the run marker's resolved reward names and
     budgets decide, and naming them (--lam, --rewards) resumes the run as it was."""
+    import recast.trainer.checkpoint as ckpt
     from recast.io import read_json, write_json
 
     run = tmp_path / "run"
@@ -136,9 +139,13 @@ def test_resume_compares_the_rewards_and_budgets_a_run_trained_with(tmp_path):
     cfg_json = read_json(run / "config.json")
     assert cfg_json["lam"] == [] and cfg_json["_run"]["lam"] == pytest.approx([0.55, 0.15, 0.15, 0.15])
     Trainer(preset("ci", setting="quality", iterations=2), run, resume=True).release()  # nothing changed
-    # a run made when quality's default budgets were equal
-    cfg_json["_run"]["lam"] = [0.25] * 4
+    # a run made when quality's default budgets were equal: trained at 0.25 each, its config naming no lam
+    train(preset("ci", setting="quality", lam=(0.25,) * 4, iterations=1), run, overwrite=True)
+    cfg_json = read_json(run / "config.json")
+    cfg_json["lam"] = []
     write_json(run / "config.json", cfg_json)
+    state = ckpt.load_checkpoint(run)
+    ckpt.save_checkpoint(run, {**state, "config": {**state["config"], "lam": []}})
     with pytest.raises(ValueError, match=r"trained the budgets \[0.25, 0.25, 0.25, 0.25\].*--lam 0.25,0.25,0.25"):
         Trainer(preset("ci", setting="quality", iterations=2), run, resume=True)
     tr = Trainer(preset("ci", setting="quality", lam=(0.25,) * 4, iterations=2), run, resume=True)

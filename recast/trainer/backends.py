@@ -16,11 +16,15 @@ from recast.sampling import PromptEmbeds, predict_velocity, sde_transition
 from recast.advantages import step_signal
 from recast.trainer.losses import gaussian_mean_kl, grpo_loss, nft_loss
 
-__all__ = ["Rollouts", "OptOutput", "NonFiniteLossError", "draw_columns", "nft_optimise", "grpo_optimise"]
+__all__ = ["Rollouts", "OptOutput", "NonFiniteLossError", "RewardError", "draw_columns", "nft_optimise", "grpo_optimise"]
 
 
 class NonFiniteLossError(FloatingPointError):
     """A NaN/inf loss or gradient: the run stops before the optimiser step, the last checkpoint stays intact."""
+
+
+class RewardError(NonFiniteLossError):
+    """A reward returned NaN/inf or the wrong shape: the run stops naming it, the last checkpoint stays intact."""
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,12 @@ import torch
 
 from recast.config import TrainConfig
 from recast.distributed import process_plan
-from recast.informativeness import InformativenessTracker
+from recast.credit import Credit
 from recast.io import append_jsonl, remove_stale_temps, write_json
 from recast.sampling import sample_ode, sample_sde, sigma_schedule
-from recast.solver import static_weights
 import recast.trainer.checkpoint as ckpt
-from recast.advantages import group_advantages, reward_sum, reward_to_p, validate_W
-from recast.trainer.backends import NonFiniteLossError, Rollouts, grpo_optimise, nft_optimise
+from recast.advantages import reward_sum
+from recast.trainer.backends import NonFiniteLossError, RewardError, Rollouts, grpo_optimise, nft_optimise
 from recast.trainer.metrics import PhaseTimer, load_run
 from recast.trainer.persist import Persistent
 from recast.trainer.policy import Policy, old_decay
@@ -32,7 +31,7 @@ from recast.trainer.replay_step import replay_batch
 from recast.trainer.rundir import RunLock
 from recast.trainer.validate import RUN_FILES, RUN_MARKER, check_out_dir, check_run_dir, validate_config
 
-__all__ = ["Trainer", "train", "NonFiniteLossError"]
+__all__ = ["Trainer", "train", "NonFiniteLossError", "RewardError"]
 
 
 class Trainer(Persistent):
@@ -107,17 +106,15 @@ class Trainer(Persistent):
             self.replay_gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + 500_009)
         self.queries = {"images": 0, "proxies": 0}  # reward queries so far: fresh samples scored, x0_hat proxies scored
         trained = cfg.num_steps - 1 if (cfg.backend == "grpo" or cfg.skip_last_column) else cfg.num_steps
-        self.tracker = InformativenessTracker(self.K, self.T, cfg.alpha, cfg.tracker_ema, window=cfg.tracker_window,
-                                              min_pairs=cfg.tracker_min_pairs, bootstrap=cfg.tracker_bootstrap,
-                                              trained_columns=trained, seed=cfg.seed) \
-            if cfg.method == "recast" else None
-        if cfg.method == "fixed":
-            self.W = validate_W(cfg.fixed_W, self.lam, self.T)
-        elif cfg.method == "reward_sum":
-            self.W = None  # an aggregation, not a W: one combined reward, the same signal at every column
-        else:
-            self.W = static_weights(self.lam, self.T)
-        self.D = None
+        # the credit assignment (normalisation, W, the live estimate) is the public `recast.credit.Credit`
+        self.credit = Credit(self.reward_names, cfg.num_steps, self.lam, method=cfg.method,
+                             signal="nft" if cfg.backend == "nft" else "grpo", adv_clip_max=cfg.adv_clip_max,
+                             std_scope=cfg.std_scope, std_floor=cfg.reward_std_floor, alpha=cfg.alpha,
+                             temperature=cfg.temperature, floor=cfg.floor, uniform_mix=cfg.uniform_mix,
+                             window=cfg.tracker_window, min_pairs=cfg.tracker_min_pairs,
+                             bootstrap=cfg.tracker_bootstrap, ema=cfg.tracker_ema, trained_columns=trained,
+                             recast_every=cfg.recast_every, fixed_W=cfg.fixed_W if cfg.method == "fixed" else None,
+                             seed=cfg.seed)
         self.iteration = 0
         self.resumed = resume
         if self.main:  # safe: we hold the lock, so no live writer owns these temp files
@@ -138,6 +135,21 @@ class Trainer(Persistent):
                 "sigmas": self.sigmas.tolist(), "world_fingerprint": self.world_fingerprint}})
         if cfg.log_with:
             self.acc.init_trackers("recast", config={k: str(v) for k, v in cfg.to_dict().items()})
+
+    @property
+    def tracker(self):
+        """The live estimate (`InformativenessTracker`) of method "recast", else None."""
+        return self.credit.tracker
+
+    @property
+    def W(self):
+        """The W in force (K, T), None for reward_sum."""
+        return self.credit.W
+
+    @property
+    def D(self):
+        """The last smoothed discriminability (K, T+1), or None."""
+        return self.credit.D
 
     def release(self) -> None:
         """Release the run directory's lock (done by `run` when it ends; safe to call twice)."""
@@ -170,9 +182,26 @@ class Trainer(Persistent):
         return Rollouts(prompts, embeds, out.x0.float(), out.xs, out.x0_hats, out.log_probs)
 
     def score(self, x0: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-        """Raw rewards (K, N) of model-space samples."""
+        """Raw rewards (K, N) of model-space samples.
+
+        Raises:
+            RewardError: a reward returned other than N values, or NaN/inf (named; the last checkpoint is intact).
+        """
         images = self.world.decode(x0)
-        return torch.stack([fn(images, prompts).float() for fn in self.rewards])
+        rows = []
+        for name, fn in zip(self.reward_names, self.rewards):
+            r = fn(images, prompts)
+            if not isinstance(r, torch.Tensor) or tuple(r.shape) != (len(prompts),):
+                shape = tuple(r.shape) if isinstance(r, torch.Tensor) else type(r).__name__
+                raise RewardError(f"reward {name!r} returned {shape} for {len(prompts)} images; a reward must return "
+                                  "a tensor of shape (N,)")
+            bad = int((~torch.isfinite(r)).sum())
+            if bad:
+                raise RewardError(f"reward {name!r} returned NaN or inf for {bad} of {len(prompts)} images at "
+                                  f"iteration {self.iteration + 1}; stopping before the optimiser step (the last "
+                                  "checkpoint is intact): check the reward, not lr")
+            rows.append(r.float())
+        return torch.stack(rows)
 
     def step(self) -> dict:
         """Run one iteration; returns its metrics record."""
@@ -184,13 +213,11 @@ class Trainer(Persistent):
             R = self.score(ro.x0, ro.prompts)
             R_all = self.acc.gather(R.T.contiguous()).T  # (K, B * processes), groups stay contiguous
             local = slice(self.acc.process_index * cfg.B, (self.acc.process_index + 1) * cfg.B)
-            norm = dict(adv_clip_max=cfg.adv_clip_max, std_scope=cfg.std_scope, std_floor=cfg.reward_std_floor)
-            adv = group_advantages(R_all, cfg.group_size, **norm)
-            train_adv = adv if cfg.method != "reward_sum" else group_advantages(
-                reward_sum(R_all, self.lam), cfg.group_size, **norm)
+            credit = self.credit.normalise(R_all, torch.arange(R_all.shape[1]) // cfg.group_size)
+            adv, train_adv = credit.adv, credit.train
         W_used = self.W
         info_mask = self._info_mask() if self.tracker is not None else None
-        signal = (train_adv.p if cfg.backend == "nft" else train_adv.A)[:, local]
+        signal = credit.signal[:, local]
         batch, replay_rec = ro, {}
         if self.replay is not None:
             with timer("replay"):
@@ -202,18 +229,16 @@ class Trainer(Persistent):
                           info_mask)
             grad_norm = self._optimiser_step()
         if self.tracker is not None:
-            resolve = (i + 1) % cfg.recast_every == 0
-            with timer("informativeness"):
-                self.D = self._informativeness(out, ro.prompts, adv, local, info_mask, estimate=resolve)
-            with timer("solver"):
-                if resolve:
-                    self.W = self.tracker.weights(self.lam, temperature=cfg.temperature, floor=cfg.floor,
-                                                  uniform_mix=cfg.uniform_mix)
-                    if self.main:
-                        append_jsonl(self.out / "weights.jsonl", {
-                            "iteration": i + 1, "D": self.D, "gains": self.tracker.gains(), "W": self.W,
-                            "noise_share": self.tracker.noise_share, "pairs": self.tracker.pairs_per_row(),
-                            "ready": self.tracker.ready()})
+            self._informativeness(out, ro.prompts, info_mask)
+            timer.times["informativeness"] += self.credit.times["informativeness"]
+            timer.times["solver"] += self.credit.times["solver"]
+            if self.credit.resolved and self.main:
+                append_jsonl(self.out / "weights.jsonl", {
+                    "iteration": i + 1, "D": self.D, "gains": self.tracker.gains(), "W": self.W,
+                    "noise_share": self.tracker.noise_share, "pairs": self.tracker.pairs_per_row(),
+                    "ready": self.tracker.ready()})
+        else:
+            self.credit.observe()
         if self.replay is not None:  # after the draw: a sample is replayed from the next iteration on
             self.replay.add(ro.prompts, ro.x0, R, replay_rec.pop("_offsets"), iteration=i + 1)
         self.policy.update_old(old_decay(i, cfg.old_decay_rate, cfg.old_decay_max))
@@ -270,28 +295,25 @@ class Trainer(Persistent):
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 
-    def _informativeness(self, out, prompts, adv, local, info_mask, estimate: bool = True) -> torch.Tensor | None:
-        """Score the old policy's x0_hat, pool the (p_clean, proxy) pairs in the tracker, return its D (K, T+1).
-
-        D is re-estimated only when `estimate` (an iteration that re-solves W); otherwise the last estimate is kept.
-        """
-        if out.proxy_x0 is None:
-            return self.D
+    def _informativeness(self, out, prompts, info_mask) -> None:
+        """Score the old policy's x0_hat and hand the (sample, column, rewards) triples to the credit object, which
+        pools them and re-solves W when due. With several processes the pairs are gathered first."""
         subset = info_mask.nonzero()[:, 0]
-        pos = torch.full((self.cfg.B,), -1, dtype=torch.long)
-        pos[subset] = torch.arange(subset.numel())
+        if out.proxy_x0 is None:
+            self.credit.observe()
+            return
         R_hat = self.score(out.proxy_x0, [prompts[s] for s in out.proxy_sample.tolist()]).cpu()
-        mean, std = adv.mean[:, local].cpu(), adv.std[:, local].cpu()
-        s = out.proxy_sample
-        _, p_hat = reward_to_p(R_hat, mean[:, s], std[:, s], self.cfg.adv_clip_max)
-        p_hat[adv.silenced.cpu()] = 0.5  # a silenced reward has no signal on either side
-        p_proxy = torch.full((self.K, self.T + 1, subset.numel()), float("nan"), dtype=torch.float64)
-        p_proxy[:, out.proxy_row, pos[s]] = p_hat.double()
-        p_clean = adv.p[:, local].cpu()[:, subset].double()
-        if self.acc.num_processes > 1:
-            p_clean = self.acc.gather(p_clean.T.contiguous().to(self.acc.device)).T.cpu()
-            p_proxy = self.acc.gather(p_proxy.permute(2, 0, 1).contiguous().to(self.acc.device)).permute(1, 2, 0).cpu()
-        return self.tracker.add(p_clean, p_proxy, estimate=estimate)
+        s, c = out.proxy_sample.cpu(), out.proxy_row.cpu()
+        if self.acc.num_processes > 1:  # a dense (K, T+1, subset) layout has one shape on every process
+            pos = torch.full((self.cfg.B,), -1, dtype=torch.long)
+            pos[subset] = torch.arange(subset.numel())
+            layout = torch.full((self.K, self.T + 1, subset.numel()), float("nan"))
+            layout[:, c, pos[s]] = R_hat
+            layout = self.acc.gather(layout.permute(2, 0, 1).contiguous().to(self.acc.device)).permute(1, 2, 0).cpu()
+            subset = torch.cat([subset + r * self.cfg.B for r in range(self.acc.num_processes)])
+            c, n = torch.isfinite(layout[0]).nonzero(as_tuple=True)
+            s, R_hat = subset[n], layout[:, c, n]
+        self.credit.observe(s, c, R_hat, clean_samples=subset)
 
     # ------------------------------------------------------------------ the whole run
     def _eval_due(self, n: int) -> tuple[bool, bool]:

@@ -1,7 +1,7 @@
 """What a run leaves on disk and reads back: the bit-exact checkpoint, resuming from it, and the evaluation log.
 
 `Persistent` is a mixin of `recast.trainer.loop.Trainer`; it reads the trainer's attributes (cfg, out, acc, main,
-policy, optimizer, tracker, replay, gen, replay_gen, W, D, iteration, queries, world_fingerprint) and writes only
+policy, optimizer, credit, replay, gen, replay_gen, W, D, iteration, queries, world_fingerprint) and writes only
 the run directory.
 """
 
@@ -29,7 +29,7 @@ class Persistent:
         return {"iteration": self.iteration, "config": self.cfg.to_dict(), "reward_names": list(self.reward_names),
                 "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "rng": ckpt.capture_rng(self._generators()), "W": self.W, "D": self.D,
-                "tracker": self.tracker.state_dict() if self.tracker is not None else None,
+                "credit": self.credit.state_dict(),
                 "queries": dict(self.queries), "replay": self.replay.state_dict() if self.replay is not None else None}
 
     def _generators(self) -> dict[str, torch.Generator]:
@@ -73,20 +73,24 @@ class Persistent:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         ckpt.restore_rng(state["rng"], self._generators())
-        if self.tracker is not None:
-            self.tracker.load_state_dict(state["tracker"])
+        self.credit.load_state_dict(state["credit"] if "credit" in state else self._legacy_credit(state))
         if self.replay is not None:
             self.replay.load_state_dict(state["replay"])
         # a checkpoint from before the counters: every iteration scored B fresh samples; its proxies are unknown (0)
         self.queries = {k: int(v) for k, v in (state.get("queries") or {
             "images": int(state["iteration"]) * self.cfg.B * self.acc.num_processes, "proxies": 0}).items()}
-        self.W, self.D, self.iteration = state["W"], state["D"], int(state["iteration"])
+        self.iteration = int(state["iteration"])
         if self.main:
             if "logs" in state:
                 ckpt.restore_logs(self.out, state["logs"])
             else:  # a checkpoint written without its logs: keep what the files hold up to its iteration
                 for name in ckpt.LOG_FILES:
                     ckpt.truncate_jsonl(self.out / name, self.iteration)
+
+    def _legacy_credit(self, state: dict) -> dict:
+        """The credit state of a checkpoint written before `recast.credit` (W, D and the tracker at the top level)."""
+        return {**self.credit.state_dict(), "iteration": int(state["iteration"]), "W": state["W"], "D": state["D"],
+                "tracker": state.get("tracker")}
 
     def _has_eval(self, n: int) -> bool:
         path = self.out / "eval.jsonl"
