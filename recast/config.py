@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-METHODS = ("recast", "uniform", "reward_sum", "fixed")
+METHODS = ("recast", "uniform", "reward_sum", "fixed", "per_step", "otca")
 BACKENDS = ("nft", "grpo")
 STD_SCOPES = ("global", "group")
 NFT_NORMS = ("velocity", "x0", "none")  # adaptive normalisation of the NFT loss (docs/method.md §4)
@@ -32,8 +32,10 @@ class TrainConfig:
     rewards: tuple[str, ...] = ()  # explicit reward names (overrides `setting` when non-empty)
     lam: tuple[float, ...] = ()  # budgets lambda_k >= 0, one per reward, normalised to sum 1; () = the setting's
     #                              default budgets (`resolve_budgets`: equal unless the world sets them)
-    method: str = "recast"  # recast | uniform | reward_sum | fixed (see docs/method.md §3, §6)
+    method: str = "recast"  # recast | uniform | reward_sum | fixed (docs/method.md §3, §6) | per_step | otca (baselines)
     fixed_W: tuple[tuple[float, ...], ...] = ()  # (K, T) W for method="fixed": rows sum to lam, columns to sum(lam)/T
+    step_credit_eps: float = 1e-3  # per_step / otca: added to each step's clipped similarity gain before normalising
+    otca_explore: float = 0.5  # otca: weight of the budgets lam mixed into each sample's min-norm reward coefficients
     backend: str = "nft"  # nft (DiffusionNFT forward-process loss) | grpo (Flow-GRPO PPO-clip on SDE log-probs)
 
     # --- rollouts ---

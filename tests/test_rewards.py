@@ -39,10 +39,26 @@ def _other(values, v):
     return values[(values.index(v) + 1) % len(values)]
 
 
+def test_jittered_copies_share_the_reward_and_differ_only_by_bounded_independent_noise():
+    """The null of W: 0.9 colour + 0.1 noise keyed on the pixels and a salt, deterministic per image."""
+    from recast.worlds.digits.data import prompt_set, render
+
+    prompts = prompt_set("test")[:64]
+    images = render(prompts, generator=torch.Generator().manual_seed(0))
+    base = rewards.get("color")()(images, prompts)
+    a, b = (rewards.get(f"color_jitter_{s}")()(images, prompts) for s in "ab")
+    assert torch.equal(a, rewards.get("color_jitter_a")()(images, prompts))  # deterministic
+    for x in (a, b):
+        noise = (x - 0.9 * base) / 0.1
+        assert noise.min() >= -1e-5 and noise.max() <= 1 + 1e-5 and noise.std() > 0.2  # uniform on [0, 1)
+    na, nb = (a - 0.9 * base) / 0.1, (b - 0.9 * base) / 0.1
+    assert abs(float(torch.corrcoef(torch.stack([na, nb]))[0, 1])) < 0.3  # independent noise
+
+
 def test_registry_names_settings_and_unknown():
     candidates = {"position", "size", "clean", "clean_mass", "contrast", "contrast_flat", "speck_free_abs", "realism",
                   "realism_canonical", "realism_conditional", "sharpness_steep", "sharpness_steep_hinged"}
-    controls = {"placebo"} | set(rewards.ORACLE_VERDICTS)
+    controls = {"placebo", "color_jitter_a", "color_jitter_b"} | set(rewards.ORACLE_VERDICTS)
     in_settings = {n for s in rewards.SETTINGS.values() for n in s}
     # the settings train exactly the rewards; candidates and controls stay trainable by name but are in no setting
     assert set(rewards.names("reward")) == in_settings

@@ -15,6 +15,7 @@ import torch
 from recast.sampling import PromptEmbeds, predict_velocity, sde_transition
 from recast.advantages import step_signal
 from recast.trainer.losses import gaussian_mean_kl, grpo_loss, nft_loss
+from recast.trainer.step_credit import StepCredit
 
 __all__ = ["Rollouts", "OptOutput", "NonFiniteLossError", "RewardError", "draw_columns", "nft_optimise", "grpo_optimise"]
 
@@ -96,7 +97,8 @@ def nft_optimise(model, policy, ro: Rollouts, p: torch.Tensor, W: torch.Tensor, 
         policy: `Policy` (old and reference forwards).
         ro: rollouts (x0, embeds).
         p: per-reward optimality probabilities (K, B).
-        W: (K, T) weights, column j trains at sigma_j; None for the reward_sum aggregation (p is then (1, B)).
+        W: (K, T) weights, column j trains at sigma_j; None for the reward_sum aggregation (p is then (1, B)); or a
+            baseline's `StepCredit` (p then holds the per-reward advantages A).
         sigmas: (T+1,) grid.
         cfg: TrainConfig.
         generator: CPU RNG for columns and forward-process noise.
@@ -132,7 +134,7 @@ def nft_optimise(model, policy, ro: Rollouts, p: torch.Tensor, W: torch.Tensor, 
         sync = n == len(work) - 1
         with (accelerator.no_sync(model) if not sync else _null()), accelerator.autocast():
             v_theta = predict_velocity(model, x_sigma, sigma, emb).float()
-            p_j = step_signal(W, p[:, idx.to(p.device)], torch.full((idx.numel(),), j, dtype=torch.long))
+            p_j = _signal(W, p, idx.to(p.device), j)
             out = nft_loss(v_theta, v_old, u, p_j.to(x0.device), nft_beta=cfg.nft_beta, norm=cfg.nft_norm,
                            sigma=torch.full((idx.numel(),), sigma, device=x0.device),
                            scale=scale, v_ref=v_ref, kl_beta=cfg.kl_beta)
@@ -181,7 +183,7 @@ def grpo_optimise(model, policy, ro: Rollouts, A: torch.Tensor, W: torch.Tensor,
                     ref = sde_transition(cfg.sde_type, x, v_ref, sigma, sigma_next, cfg.sde_noise_level,
                                          sigma_max=sigma_max, x_next=x_next)
                 kl = gaussian_mean_kl(step.mean, ref.mean, step.std.expand(idx.numel()))
-            A_j = step_signal(W, A[:, dev_idx], torch.full((idx.numel(),), j, dtype=torch.long))
+            A_j = _signal(W, A, dev_idx, j)
             out = grpo_loss(step.log_prob, old_lp, A_j, clip_range=cfg.clip_range, kl=kl, kl_beta=cfg.kl_beta)
             _check(out.loss, f"column {j}")
             accelerator.backward(out.loss * (idx.numel() / N))
@@ -193,6 +195,14 @@ def grpo_optimise(model, policy, ro: Rollouts, A: torch.Tensor, W: torch.Tensor,
     rows = torch.arange(1, T)
     x = ro.x0_hats[1:T][:, s.to(ro.x0.device)].flatten(0, 1)
     return OptOutput(parts=sums, proxy_x0=x, proxy_sample=s.repeat(T - 1), proxy_row=rows.repeat_interleave(s.numel()))
+
+
+def _signal(W, s: torch.Tensor, idx: torch.Tensor, j: int) -> torch.Tensor:
+    """The training signal of samples ``idx`` at column j: through W (`step_signal`), or a baseline's per-sample
+    `StepCredit` (then ``s`` holds the per-reward advantages A)."""
+    if isinstance(W, StepCredit):
+        return W.signal(s, idx, j)
+    return step_signal(W, s[:, idx], torch.full((idx.numel(),), j, dtype=torch.long))
 
 
 class _null:

@@ -29,6 +29,7 @@ from recast.trainer.policy import Policy, old_decay
 from recast.trainer.replay import ReplayBuffer
 from recast.trainer.replay_step import replay_batch
 from recast.trainer.rundir import RunLock
+from recast.trainer.step_credit import StepCredit, step_credit
 from recast.trainer.validate import RUN_FILES, RUN_MARKER, check_out_dir, check_run_dir, validate_config
 
 __all__ = ["Trainer", "train", "NonFiniteLossError", "RewardError"]
@@ -107,7 +108,8 @@ class Trainer(Persistent):
         self.queries = {"images": 0, "proxies": 0}  # reward queries so far: fresh samples scored, x0_hat proxies scored
         trained = cfg.num_steps - 1 if (cfg.backend == "grpo" or cfg.skip_last_column) else cfg.num_steps
         # the credit assignment (normalisation, W, the live estimate) is the public `recast.credit.Credit`
-        self.credit = Credit(self.reward_names, cfg.num_steps, self.lam, method=cfg.method,
+        self.credit = Credit(self.reward_names, cfg.num_steps, self.lam,
+                             method="uniform" if cfg.method in ("per_step", "otca") else cfg.method,
                              signal="nft" if cfg.backend == "nft" else "grpo", adv_clip_max=cfg.adv_clip_max,
                              std_scope=cfg.std_scope, std_floor=cfg.reward_std_floor, alpha=cfg.alpha,
                              temperature=cfg.temperature, floor=cfg.floor, uniform_mix=cfg.uniform_mix,
@@ -174,8 +176,9 @@ class Trainer(Persistent):
         with torch.no_grad(), self.acc.autocast():
             embeds = self.world.encode_prompts(prompts).detach()
             with self.policy.use("old") as tr:
-                if cfg.backend == "nft":
-                    out = sample_ode(tr, embeds, self.sigmas, noise=noise, return_trajectory=False)
+                if cfg.backend == "nft":  # the baselines' step credit reads the trajectory
+                    out = sample_ode(tr, embeds, self.sigmas, noise=noise,
+                                     return_trajectory=cfg.method in ("per_step", "otca"))
                 else:
                     out = sample_sde(tr, embeds, self.sigmas, noise_level=cfg.sde_noise_level, noise=noise,
                                      generator=self.gen, sde_type=cfg.sde_type)
@@ -218,6 +221,8 @@ class Trainer(Persistent):
         W_used = self.W
         info_mask = self._info_mask() if self.tracker is not None else None
         signal = credit.signal[:, local]
+        if cfg.method in ("per_step", "otca"):
+            W_used, signal = self._step_credit(ro, adv.A[:, local]), adv.A[:, local]
         batch, replay_rec = ro, {}
         if self.replay is not None:
             with timer("replay"):
@@ -260,12 +265,20 @@ class Trainer(Persistent):
         rec["zero_std_frac"] = float((R_all.reshape(R_all.shape[0], -1, cfg.group_size).std(-1) == 0).float().mean())
         rec.update({f"time/{k}": v for k, v in timer.times.items()})
         rec["time/total"] = time.perf_counter() - start
-        rec["W"], rec["D"] = W_used, self.D
+        rec["W"], rec["D"] = (W_used.mean_W() if isinstance(W_used, StepCredit) else W_used), self.D
         if self.main:
             append_jsonl(self.out / "metrics.jsonl", rec)
         if cfg.log_with:
             self.acc.log({k: v for k, v in rec.items() if isinstance(v, float)}, step=i + 1)
         return rec
+
+    def _step_credit(self, ro: Rollouts, A: torch.Tensor) -> StepCredit:
+        """The per-sample step credit of the per_step and otca baselines, from this batch's trajectories."""
+        cfg = self.cfg
+        m = self.T - 1 if (cfg.backend == "grpo" or cfg.skip_last_column) else self.T
+        return step_credit(cfg.method, A=A.cpu(), lam=self.lam, latents=ro.xs.cpu(), x0_hats=ro.x0_hats.cpu(),
+                           final=ro.x0.cpu(), m=m, kind=cfg.backend, adv_clip_max=cfg.adv_clip_max,
+                           eps=cfg.step_credit_eps, explore=cfg.otca_explore)
 
     def _count_queries(self, fresh: int, out) -> None:
         """Add this iteration's reward queries: every fresh sample (all processes), every x0_hat proxy scored."""

@@ -124,6 +124,11 @@ def validate_config(cfg: TrainConfig) -> RunSpec:
     if cfg.method == "fixed":
         _need(len(cfg.fixed_W) > 0, "method='fixed' needs fixed_W, a (K, T) matrix with rows lam and equal columns")
         validate_W(cfg.fixed_W, lam, cfg.num_steps)
+    if cfg.method in ("per_step", "otca"):
+        _need(cfg.step_credit_eps > 0, "step_credit_eps must be > 0")
+        _need(0 <= cfg.otca_explore <= 1, "otca_explore must be in [0, 1]")
+        _need(cfg.replay_share == 0, f"config field replay_share: method {cfg.method!r} weights each sample's own "
+              "trajectory, which a replayed sample no longer has; set replay_share=0")
     if cfg.method == "recast":
         _need(cfg.informativeness_subset >= 2, "informativeness_subset must be >= 2 for method='recast'")
         smallest = min_temperature(cfg.floor)

@@ -291,6 +291,9 @@ CANDIDATES: dict[str, Factory] = {
 # Controls, never rewards to ship: the null of training and each held-out verdict as its own reward (`_oracle`).
 CONTROLS: dict[str, Factory] = {
     "placebo": _rule(_rules.placebo_reward),  # no signal: the null of the single-reward runs
+    # colour with independent noise (a 0.1 share), twice: one true profile, so ReCAST's W must stay λ/T (W's null)
+    "color_jitter_a": _rule(_rules.jittered(_rules.color_reward, "a", 0.1)),
+    "color_jitter_b": _rule(_rules.jittered(_rules.color_reward, "b", 0.1)),
     **{name: _oracle(verdict) for name, verdict in ORACLE_VERDICTS.items()},
 }
 

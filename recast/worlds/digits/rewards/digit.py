@@ -364,7 +364,28 @@ def placebo_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return torch.tensor(vals, dtype=torch.float32)
 
 
-__all__ = ["color_reward", "position_reward", "position_flat_reward", "size_reward", "size_half_max_reward",
+def jittered(fn, salt: str, scale: float):
+    """``fn`` with independent noise mixed in: ``(1 − scale) · fn(images) + scale · u``, u a hash of the pixels and
+    ``salt`` in [0, 1), so a [0, 1] reward stays in [0, 1].
+
+    Two jittered copies of one reward share its true informativeness profile but not their measurement noise, so
+    ReCAST trained on them alone must keep W at λ/T up to its estimation noise: the real-trainer null of W
+    (research/study/preregistration.md). Deterministic for an image, like ``placebo_reward``."""
+    import hashlib
+
+    import numpy as np
+
+    def reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        q = (images.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).cpu().numpy()
+        u = [int.from_bytes(hashlib.blake2b(salt.encode() + np.ascontiguousarray(x).tobytes(),
+                                            digest_size=8).digest(), "little") / 2.0 ** 64 for x in q]
+        return (1 - scale) * fn(images, prompts) + scale * torch.tensor(u, dtype=torch.float32).to(images.device)
+
+    reward.__name__ = f"{fn.__name__}_jitter_{salt}"
+    return reward
+
+
+__all__ = ["jittered", "color_reward", "position_reward", "position_flat_reward", "size_reward", "size_half_max_reward",
            "sharpness_reward", "clean_reward", "clean_mass_reward", "contrast_reward", "contrast_flat_reward",
            "wash_free_reward", "placebo_reward", "contrast_level_floor",
            "above_background", "ink_color", "ink_side", "speck_mass", "stray_ink"]
