@@ -1,0 +1,400 @@
+"""The pre-registered study (research/study/preregistration.md): its runs, their per-seed data, and its analysis.
+
+    python -m recast.experiments.study run --stage A --jobs 2     # train a stage's runs (resumable; finished are kept)
+    python -m recast.experiments.study collect --stage A          # their evaluations -> research/study/data/A.csv
+    python -m recast.experiments.study analyse                    # every table of the results page, from data/
+
+Runs are `python -m recast train` commands on the sweep machinery (`recast.experiments.sweep`), under
+``runs/study/<stage>/<setting>/<budget>/<arm>-<backend>/seed_<s>``. `collect` keeps each run's evaluation curve
+(every 3 iterations, 256 test prompts) as long rows, so every table re-derives from the committed CSVs alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from recast.experiments.sweep import SweepRun, budget_grid, is_finished, lambda_grid, run_sweep
+
+__all__ = ["ARMS", "STAGES", "STUDY_DIR", "plan_stage", "collect", "paired_table", "tost", "auc",
+           "images_to_reach", "analyse"]
+
+STUDY_DIR = Path(__file__).resolve().parents[2] / "research" / "study"
+SEEDS = tuple(range(10))  # research/study/power.json
+PRIMARY = {"compose": "judge/color", "quality": "judge/fid"}
+MARGIN = {"compose": 0.0336, "quality": 34.0}  # TOST margins: half the committed colour effect; one fid seed-sd
+LOWER_IS_BETTER = ("judge/fid", "judge/defect_")
+# arm -> (trainer method, uses a committed W file)
+ARMS = {"reward_sum": ("reward_sum", False), "uniform": ("uniform", False), "recast": ("recast", False),
+        "fixed_gt": ("fixed", True), "placebo": ("fixed", True), "per_step": ("per_step", False),
+        "otca": ("otca", False)}
+DENSE = {"eval_every": 3, "eval_prompts": 256}
+# stage -> list of (setting, budget, arms, backend, extra --set fields); the order runs are trained in
+STAGES: dict[str, list] = {
+    "A": [(s, "default", tuple(ARMS), "nft", DENSE) for s in ("compose", "quality")],
+    "B": [("compose", "default", ("uniform", "recast", "per_step", "otca"), "grpo", DENSE)],
+    "C": [("compose", "null", ("recast",), "nft", {"rewards": "color_jitter_a,color_jitter_b"})],
+    "D": [(s, b, ("uniform", "recast", "fixed_gt"), "nft", {"eval_every": 0, "eval_prompts": 256})
+          for s, bs in (("compose", ("color-heavy", "sharpness-heavy")), ("quality", ("uniform", "realism_centred-heavy")))
+          for b in bs],
+    "E": [("compose", "default", ("recast",), "nft", {**DENSE, "replay_share": 0.25}),
+          ("compose", "default", ("recast",), "nft", {**DENSE, "prompts_per_iter": 5})],
+}
+
+
+def _lam(world: str, setting: str, budget: str) -> tuple[float, ...] | None:
+    if budget in ("default", "null"):
+        return None
+    return lambda_grid(world, setting)[budget]
+
+
+def w_file(setting: str, budget: str, arm: str) -> Path:
+    """The committed W of a fixed arm (research/study/make_w.py)."""
+    return STUDY_DIR / "w" / f"{setting}_{budget}_{arm}.json"
+
+
+def plan_stage(stage: str, *, seeds=SEEDS, world: str = "data/digit_base", out_root="runs/study") -> list[SweepRun]:
+    """Every run of a stage, each a `python -m recast train` command with one torch thread."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; choose from {sorted(STAGES)}")
+    runs = []
+    for setting, budget, arms, backend, sets in STAGES[stage]:
+        lam = _lam(world, setting, budget)
+        tag = "-".join(f"{k}{v}" for k, v in sets.items() if k in ("replay_share", "prompts_per_iter"))
+        for arm in arms:
+            method, fixed = ARMS[arm]
+            for seed in seeds:
+                name = arm + ("-grpo" if backend == "grpo" else "") + (f"-{tag}" if tag else "")
+                out = Path(out_root) / stage / setting / budget / name / f"seed_{seed}"
+                args = ["--preset", "cpu", "--world", world, "--method", method, "--backend", backend, "--seed",
+                        str(seed), "--out", str(out), "--set", "num_threads=1"]
+                if "rewards" not in sets:
+                    args[4:4] = ["--setting", setting]
+                if lam is not None:
+                    args += ["--lam", ",".join(f"{x:g}" for x in lam)]
+                if fixed:
+                    args += ["--fixed-w", str(w_file(setting, budget, arm).relative_to(STUDY_DIR.parents[1]))]
+                for k, v in sets.items():
+                    args += ["--rewards", str(v)] if k == "rewards" else ["--set", f"{k}={v}"]
+                runs.append(SweepRun(setting, budget, lam or (), name, seed, out, tuple(args)))
+    return runs
+
+
+def collect(runs: list[SweepRun], stage: str) -> list[dict]:
+    """Long rows (one per run × evaluation × metric) of the finished runs, and each run's final W departure."""
+    from recast.trainer.metrics import load_run
+
+    rows = []
+    for run in runs:
+        if not is_finished(run):
+            continue
+        r = load_run(run.out_dir)
+        B = int(r.config["prompts_per_iter"]) * int(r.config["group_size"])
+        key = dict(stage=stage, setting=run.setting, budget=run.budget, arm=run.method, seed=run.seed)
+        for ev in r.evals:
+            for metric, value in ev.items():
+                if metric.startswith(("judge/", "reward/")) and isinstance(value, (int, float)):
+                    rows.append(dict(key, iteration=ev["iteration"], images=ev["iteration"] * B, metric=metric,
+                                     value=float(value)))
+        W = np.asarray(r.metrics[-1]["W"], dtype=float) if r.metrics[-1].get("W") is not None else None
+        if W is not None:
+            lam_T = W.sum(1, keepdims=True) / W.shape[1]
+            rows.append(dict(key, iteration=r.metrics[-1]["iteration"], images=0, metric="W/max_rel_departure",
+                             value=float(np.abs(W / lam_T - 1).max())))
+            half = W.shape[1] // 2
+            for k, name in enumerate(r.config.get("_run", {}).get("reward_names", [])):
+                rows.append(dict(key, iteration=r.metrics[-1]["iteration"], images=0,
+                                 metric=f"W/early_share/{name}", value=float(W[k, :half].sum() / W[k].sum())))
+        rows.append(dict(key, iteration=r.metrics[-1]["iteration"], images=0, metric="time/train_s",
+                         value=float(sum(m.get("time/total", 0.0) for m in r.metrics))))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# analysis (pure functions of the long rows)
+
+def _better_sign(metric: str) -> float:
+    return -1.0 if metric.startswith(LOWER_IS_BETTER) else 1.0
+
+
+def paired_table(rows: list[dict], *, setting: str, budget: str, metrics, arm: str, baselines, iteration=None,
+                 value_fn=None) -> list[dict]:
+    """Paired per-seed differences ``arm − baseline`` of each metric (final evaluation unless ``iteration``), with the
+    t-interval, the two-sided p-value and Holm's verdict over the whole table (its family)."""
+    from scipy.stats import t as student_t
+
+    from recast.stats import holm
+
+    def per_seed(a, metric):
+        sel = [r for r in rows if r["setting"] == setting and r["budget"] == budget and r["arm"] == a and
+               r["metric"] == metric]
+        if value_fn is not None:
+            return value_fn(sel)
+        last = {}
+        for r in sel:
+            if iteration is None or r["iteration"] == iteration:
+                if r["seed"] not in last or r["iteration"] > last[r["seed"]][0]:
+                    last[r["seed"]] = (r["iteration"], r["value"])
+        return {s: v for s, (_, v) in last.items()}
+
+    out = []
+    for metric in metrics:
+        mine = per_seed(arm, metric)
+        for base in baselines:
+            theirs = per_seed(base, metric)
+            seeds = sorted(set(mine) & set(theirs))
+            d = np.array([mine[s] - theirs[s] for s in seeds], dtype=float)
+            n = len(d)
+            if n < 2:
+                continue
+            mean, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
+            q = float(student_t.ppf(0.975, n - 1))
+            p = 1.0 if se == 0 and mean == 0 else 0.0 if se == 0 else float(2 * student_t.sf(abs(mean) / se, n - 1))
+            out.append(dict(setting=setting, budget=budget, metric=metric, arm=arm, baseline=base, n=n, diff=mean,
+                            ci_low=mean - q * se, ci_high=mean + q * se, p=p))
+    keep = holm([r["p"] for r in out]) if out else []
+    for r, k in zip(out, keep):
+        better = _better_sign(r["metric"]) * r["diff"] > 0
+        r["verdict_95"] = ("win" if better else "loss") if r["p"] < 0.05 else "tie"
+        r["verdict_holm"] = ("win" if better else "loss") if k else "tie"
+    return out
+
+
+def tost(d, margin: float, alpha: float = 0.05) -> dict:
+    """Two one-sided t-tests of |mean(d)| < margin: equivalence when the (1 − 2α) interval lies inside ±margin."""
+    from scipy.stats import t as student_t
+
+    d = np.asarray(d, dtype=float)
+    n = len(d)
+    mean, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
+    q = float(student_t.ppf(1 - alpha, n - 1))
+    if se == 0:
+        p = 0.0 if abs(mean) < margin else 1.0
+    else:
+        p = max(float(student_t.sf((mean + margin) / se, n - 1)), float(student_t.cdf((mean - margin) / se, n - 1)))
+    return dict(n=n, diff=mean, ci90_low=mean - q * se, ci90_high=mean + q * se, margin=margin, p=p,
+                equivalent=bool(mean - q * se > -margin and mean + q * se < margin))
+
+
+def auc(curve: list[tuple[float, float]]) -> float:
+    """The mean value of a curve over its images (trapezoids; the span normalised to 1)."""
+    xs, ys = zip(*sorted(curve))
+    span = xs[-1] - xs[0]
+    return float(np.trapezoid(ys, xs) / span) if span > 0 else float(ys[0])
+
+
+def images_to_reach(curve: list[tuple[float, float]], threshold: float, higher_is_better: bool = True) -> float:
+    """Images at which a curve first reaches ``threshold`` (linear between evaluations); inf if it never does."""
+    pts = sorted(curve)
+    sign = 1.0 if higher_is_better else -1.0
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if sign * y0 >= sign * threshold:
+            return float(x0)
+        if sign * y1 >= sign * threshold:
+            return float(x0 + (x1 - x0) * (threshold - y0) / (y1 - y0))
+    return 0.0 if pts and sign * pts[-1][1] >= sign * threshold and len(pts) == 1 else math.inf
+
+
+def analyse(rows: list[dict]) -> dict[str, list[dict]]:
+    """Every pre-registered table, from the long rows of every stage."""
+    judges = sorted({r["metric"] for r in rows if r["metric"].startswith("judge/")})
+    others = [a for a in ARMS if a != "recast"]
+    tables: dict[str, list[dict]] = {"primary": [], "secondary": [], "pooled": [], "tost": [], "efficiency": [],
+                                     "null": [], "replay": [], "grpo": []}
+    A = [r for r in rows if r["stage"] == "A"]
+    for setting, metric in PRIMARY.items():
+        tables["primary"] += paired_table(A, setting=setting, budget="default", metrics=[metric], arm="recast",
+                                          baselines=others)
+        tables["secondary"] += paired_table(A, setting=setting, budget="default", arm="recast", baselines=others,
+                                            metrics=[j for j in judges if j != metric])
+        fixed = {s: v for s, v in _final(A, setting, "default", "fixed_gt", metric).items()}
+        live = _final(A, setting, "default", "recast", metric)
+        seeds = sorted(set(fixed) & set(live))
+        if len(seeds) >= 2:
+            tables["tost"].append(dict(setting=setting, metric=metric, comparison="fixed_gt - recast",
+                                       **tost([fixed[s] - live[s] for s in seeds], MARGIN[setting])))
+        tables["efficiency"] += _efficiency(A, setting, metric)
+    B = [r for r in rows if r["stage"] == "B"]
+    if B:
+        tables["grpo"] = _grpo(B, judges)
+    D = [r for r in rows if r["stage"] in ("A", "D")]
+    tables["pooled"] = _pooled(D, judges)
+    C = [r for r in rows if r["stage"] == "C"]
+    if C:
+        tables["null"] = _null(C, A)
+    E = [r for r in rows if r["stage"] == "E"]
+    if E:
+        tables["replay"] = _replay(E, A)
+    return tables
+
+
+def _final(rows, setting, budget, arm, metric) -> dict[int, float]:
+    last: dict = {}
+    for r in rows:
+        if (r["setting"], r["budget"], r["arm"], r["metric"]) == (setting, budget, arm, metric):
+            if r["seed"] not in last or r["iteration"] > last[r["seed"]][0]:
+                last[r["seed"]] = (r["iteration"], r["value"])
+    return {s: v for s, (_, v) in last.items()}
+
+
+def _curves(rows, setting, budget, arm, metric) -> dict[int, list[tuple[float, float]]]:
+    out: dict = {}
+    for r in rows:
+        if (r["setting"], r["budget"], r["arm"], r["metric"]) == (setting, budget, arm, metric):
+            out.setdefault(r["seed"], []).append((r["images"], r["value"]))
+    return out
+
+
+def _efficiency(rows, setting, metric) -> list[dict]:
+    """AUC of the primary endpoint (paired, ReCAST − uniform), and the images each needs to reach uniform's own final
+    seed mean (the baseline's threshold), per seed."""
+    higher = _better_sign(metric) > 0
+    mine, base = _curves(rows, setting, "default", "recast", metric), _curves(rows, setting, "default", "uniform",
+                                                                              metric)
+    seeds = sorted(set(mine) & set(base))
+    if len(seeds) < 2:
+        return []
+    threshold = float(np.mean([max(base[s])[1] for s in seeds]))
+    aucs = [_better_sign(metric) * (auc(mine[s]) - auc(base[s])) for s in seeds]
+    reach_m = [images_to_reach(mine[s], threshold, higher) for s in seeds]
+    reach_b = [images_to_reach(base[s], threshold, higher) for s in seeds]
+    from scipy.stats import t as student_t
+
+    a = np.array(aucs)
+    q = float(student_t.ppf(0.975, len(a) - 1)) * a.std(ddof=1) / math.sqrt(len(a))
+    return [dict(setting=setting, metric=metric, n=len(seeds), auc_advantage=float(a.mean()),
+                 auc_ci_low=float(a.mean() - q), auc_ci_high=float(a.mean() + q), threshold=threshold,
+                 recast_reached=sum(math.isfinite(x) for x in reach_m), uniform_reached=sum(math.isfinite(x) for x in
+                                                                                         reach_b),
+                 recast_median_images=float(np.median(reach_m)), uniform_median_images=float(np.median(reach_b)))]
+
+
+def _grpo(rows, judges) -> list[dict]:
+    out = []
+    for metric in [PRIMARY["compose"]] + [j for j in judges if j != PRIMARY["compose"]]:
+        out += paired_table(rows, setting="compose", budget="default", metrics=[metric], arm="recast-grpo",
+                            baselines=["uniform-grpo", "per_step-grpo", "otca-grpo"])
+    return out
+
+
+def _pooled(rows, judges) -> list[dict]:
+    """Budget-pooled paired tests of ReCAST against uniform and fixed_gt: per seed, the mean difference over the
+    setting's budgets (default and the sweep's), then a t-test over seeds; Holm over the judges per comparison."""
+    from scipy.stats import t as student_t
+
+    from recast.stats import holm
+
+    out = []
+    for setting in PRIMARY:
+        budgets = sorted({r["budget"] for r in rows if r["setting"] == setting and r["budget"] not in ("null",)})
+        for base in ("uniform", "fixed_gt"):
+            fam = []
+            for metric in judges:
+                per_seed: dict = {}
+                for b in budgets:
+                    m, o = _final(rows, setting, b, "recast", metric), _final(rows, setting, b, base, metric)
+                    for s in set(m) & set(o):
+                        per_seed.setdefault(s, []).append(m[s] - o[s])
+                d = np.array([np.mean(v) for s, v in sorted(per_seed.items()) if len(v) == len(budgets)])
+                if len(d) < 2:
+                    continue
+                se = d.std(ddof=1) / math.sqrt(len(d))
+                q = float(student_t.ppf(0.975, len(d) - 1))
+                p = float(2 * student_t.sf(abs(d.mean()) / se, len(d) - 1)) if se > 0 else float(d.mean() == 0)
+                fam.append(dict(setting=setting, metric=metric, arm="recast", baseline=base, budgets=len(budgets),
+                                n=len(d), diff=float(d.mean()), ci_low=float(d.mean() - q * se),
+                                ci_high=float(d.mean() + q * se), p=p))
+            for r, k in zip(fam, holm([r["p"] for r in fam]) if fam else []):
+                better = _better_sign(r["metric"]) * r["diff"] > 0
+                r["verdict_holm"] = ("win" if better else "loss") if k else "tie"
+            out += fam
+    return out
+
+
+def _null(C, A) -> list[dict]:
+    """W's departure from λ/T under the real-trainer null (one reward profile entered twice, independent noise)
+    beside live ReCAST's in each setting."""
+    out = []
+    for label, rows, setting in (("null: colour twice", C, "compose"), ("recast compose", A, "compose"),
+                                 ("recast quality", A, "quality")):
+        v = [r["value"] for r in rows if r["setting"] == setting and r["arm"].startswith("recast") and
+             r["metric"] == "W/max_rel_departure" and (label.startswith("null") or r["budget"] == "default")]
+        if v:
+            out.append(dict(run=label, n=len(v), mean=float(np.mean(v)), sd=float(np.std(v, ddof=1)) if len(v) > 1
+                            else 0.0, max=float(np.max(v))))
+    return out
+
+
+def _replay(E, A) -> list[dict]:
+    rows = A + E
+    out = []
+    for arm, label in (("recast-replay_share0.25", "replay at equal reward queries"),
+                       ("recast-prompts_per_iter5", "more fresh samples at equal compute")):
+        for metric in (PRIMARY["compose"], "judge/strict", "judge/fid"):
+            r = paired_table(rows, setting="compose", budget="default", metrics=[metric], arm=arm,
+                             baselines=["recast"])
+            for x in r:
+                x["comparison"] = label
+            out += r
+    return out
+
+
+def _read(path: Path) -> list[dict]:
+    from recast.io import read_csv
+
+    rows = read_csv(path)
+    for r in rows:
+        r["seed"], r["iteration"], r["images"], r["value"] = int(r["seed"]), int(r["iteration"]), int(r["images"]), \
+            float(r["value"])
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("command", choices=("run", "collect", "analyse", "list"))
+    ap.add_argument("--stage", default="A")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out-root", default="runs/study")
+    ap.add_argument("--data", default=str(STUDY_DIR / "data"))
+    a = ap.parse_args(argv)
+    runs = plan_stage(a.stage, out_root=a.out_root) if a.command in ("run", "collect", "list") else []
+    if a.command == "list":
+        for r in runs:
+            print(r.command)
+        return 0
+    if a.command == "run":
+        rep = run_sweep(runs, jobs=a.jobs)
+        print(f"stage {a.stage}: {len(rep.ran)} trained, {len(rep.skipped)} already finished, {len(rep.failed)} "
+              f"failed, {rep.wall_time_s:.0f} s")
+        for k, v in rep.failed.items():
+            print(f"FAILED {k}: {v.strip().splitlines()[-1] if v.strip() else ''}", file=sys.stderr)
+        return 1 if rep.failed else 0
+    data = Path(a.data)
+    if a.command == "collect":
+        from recast.io import write_csv
+
+        rows = collect(runs, a.stage)
+        data.mkdir(parents=True, exist_ok=True)
+        write_csv(data / f"{a.stage}.csv", rows)
+        print(f"{len(rows)} rows of {len({(r['setting'], r['budget'], r['arm'], r['seed']) for r in rows})} runs "
+              f"-> {data / (a.stage + '.csv')}")
+        return 0
+    rows = [r for p in sorted(data.glob("*.csv")) for r in _read(p)]
+    from recast.io import write_csv
+
+    out = STUDY_DIR / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    for name, table in analyse(rows).items():
+        if table:
+            write_csv(out / f"{name}.csv", table)
+    print(json.dumps({k: len(v) for k, v in analyse(rows).items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
