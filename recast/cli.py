@@ -130,8 +130,27 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return cfg
 
 
+# the extra that installs each package the commands import (pyproject.toml)
+EXTRAS = {"diffusers": "train", "transformers": "train", "accelerate": "train", "peft": "train",
+          "safetensors": "train", "tqdm": "train", "yaml": "train", "sklearn": "digits", "scipy": "digits",
+          "matplotlib": "plot", "seaborn": "plot", "sentencepiece": "sd3", "tensorboard": "tensorboard",
+          "wandb": "wandb"}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m recast` and the `recast` script."""
+    try:
+        return _main(argv)
+    except ModuleNotFoundError as err:
+        top = (err.name or "").split(".")[0]
+        if top not in EXTRAS:
+            raise
+        print(f"error: this command needs {top!r}, which the core install leaves out: pip install "
+              f"'recast[{EXTRAS[top]}]' (or 'recast[all]' for every command)", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "demo":
         return _demo(args)

@@ -69,3 +69,15 @@ def test_continuation_proxy_cost_prices_every_setting_and_the_committed_ones_exc
     committed = json.loads((ROOT / "benchmarks/results/continuation_proxy_cost.json").read_text())
     rows = [r for r in committed["continuations"] if r["rollouts"] >= 2]
     assert rows and min(r["pct_of_uniform_iteration"] for r in rows) > 3.0
+
+
+@pytest.mark.slow
+def test_foreign_loop_benchmark_times_both_loops_and_writes_the_ratio(tmp_path):
+    import json
+
+    bench = _module("bench_foreign_loop")
+    out = bench.main(["--iterations", "1", "--repeats", "1", "--out", str(tmp_path / "f.json")])
+    saved = json.loads((tmp_path / "f.json").read_text())
+    assert saved["ratio_recast_to_plain"] == pytest.approx(out["median_s"]["recast"] / out["median_s"]["plain"])
+    assert len(saved["seconds"]["recast"]) == len(saved["seconds"]["plain"]) == 1
+    assert saved["ratio_recast_to_plain"] > 0

@@ -266,3 +266,22 @@ def test_credit_imports_and_runs_with_torch_and_numpy_alone():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["ok", "6"]
+
+
+def test_cli_names_the_extra_a_missing_package_belongs_to():
+    """On a core install (torch and numpy only) a command that needs more says which extra to install."""
+    code = textwrap.dedent("""
+        import importlib.abc, sys
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "diffusers":
+                    raise ModuleNotFoundError("No module named 'diffusers'", name="diffusers")
+        sys.meta_path.insert(0, Block())
+        from recast.cli import main
+        sys.exit(main(["train", "--preset", "ci", "--out", sys.argv[1]]))
+    """)
+    import tempfile
+
+    out = subprocess.run([sys.executable, "-c", code, tempfile.mkdtemp()], capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "pip install 'recast[train]'" in out.stderr and "Traceback" not in out.stderr
