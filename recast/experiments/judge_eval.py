@@ -43,16 +43,29 @@ class LoadedPolicy:
 def load_policy(run_dir: str | Path, which: str = "ema") -> LoadedPolicy:
     """Load a finished run's world and policy from its config.json and checkpoint.pt.
 
+    The policy always holds everything the checkpoint saved; `which` picks what `sample_policy` samples:
+
+    - ``"ema"``: the exponential moving average of the trained weights (decay ``ema_decay``), which is what the
+      trainer's own evaluations and sample grids use; with ``ema_decay`` 0 it equals the trained weights.
+    - ``"params"``: the trained weights themselves as the last checkpoint left them, without averaging.
+    - ``"base"``: the base model the run started from (the LoRA adapters disabled); LoRA runs only.
+
+    The run's world is rebuilt from its config, and its base weights must be those the run was trained from: their
+    fingerprint (`recast.trainer.checkpoint.weights_fingerprint` of the transformer and text encoder before LoRA, as
+    the trainer computes it) is compared with the one config.json records under ``_run.world_fingerprint`` and the
+    one in checkpoint.pt; a run that records none (made before fingerprints existed) is loaded unchecked.
+
     Raises:
-        ValueError: unknown `which`, or a run without LoRA asked for "base" (its base weights are not kept).
+        ValueError: unknown `which`, a run without LoRA asked for "base" (its base weights are not kept), or a base
+            model whose weights differ from the run's (naming the run and both fingerprints).
         FileNotFoundError: no config.json or checkpoint.pt in `run_dir`.
     """
     from recast.config import TrainConfig, resolve_world
     from recast.io import read_json
     from recast.sampling import sigma_schedule
-    from recast.trainer.checkpoint import load_checkpoint
+    from recast.trainer.checkpoint import load_checkpoint, world_fingerprint
     from recast.trainer.policy import Policy
-    from recast.world import load_world
+    from recast.world import load_world, world_settings
 
     if which not in ("ema", "params", "base"):
         raise ValueError(f"which must be 'ema', 'params' or 'base', got {which!r}")
@@ -60,15 +73,28 @@ def load_policy(run_dir: str | Path, which: str = "ema") -> LoadedPolicy:
     if not (run_dir / "config.json").is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)")
     raw = read_json(run_dir / "config.json")
-    raw.pop("_run", None)
+    marker = raw.pop("_run", None)
     cfg = TrainConfig.from_dict(raw)
     if which == "base" and cfg.lora_rank == 0:
         raise ValueError(f"{run_dir} is a full fine-tuning run: its base weights are not kept; load the world instead")
-    world = load_world(resolve_world(cfg.world), seed=cfg.seed)
+    state = load_checkpoint(run_dir)
+    spec = resolve_world(cfg.world)
+    settings, _ = world_settings(spec, cfg.setting, cfg.world_settings)  # as the trainer loaded it
+    world = load_world(spec, seed=cfg.seed, **({"settings": settings} if settings is not None else {}))
+    recorded = {"config.json": marker.get("world_fingerprint") if isinstance(marker, dict) else None,
+                "checkpoint.pt": state.get("world_fingerprint")}
+    if any(recorded.values()):
+        now = world_fingerprint(world)  # as `recast.trainer.loop.Trainer._build` takes it
+        for source, fp in recorded.items():
+            if fp is not None and fp != now:
+                raise ValueError(f"cannot load {run_dir}: the base model's weights differ from those it was trained "
+                                 f"from (fingerprint {str(fp)[:12]} in its {source} vs {now[:12]} of "
+                                 f"{cfg.world!r} now), so its samples would not be the run's; restore the base model "
+                                 "or retrain the run")
     world.freeze()
     policy = Policy(world.transformer, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, seed=cfg.seed,
                     keep_ref=False)
-    policy.load_state_dict(load_checkpoint(run_dir)["policy"])
+    policy.load_state_dict(state["policy"])
     return LoadedPolicy(run_dir, world, policy, sigma_schedule(cfg.num_steps, cfg.shift), which)
 
 
