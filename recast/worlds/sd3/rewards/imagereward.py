@@ -16,9 +16,9 @@ MAX_TOKENS = 35  # ImageReward's prompt length
 FILES = ("config.json", ("model.safetensors", "pytorch_model.bin"),
          ("preprocessor_config.json", "processor_config.json"),
          ("tokenizer.json", "vocab.txt"), "imagereward_mlp.safetensors")
-HINT = ("ImageReward: the authors ship ImageReward.pt (THUDM/ImageReward); split it into a transformers "
-        "BlipForImageTextRetrieval folder (BLIP ViT-L, processor of Salesforce/blip-itm-large-coco) and its MLP "
-        "head saved as imagereward_mlp.safetensors.")
+HINT = ("ImageReward: the authors ship ImageReward.pt (THUDM/ImageReward); convert it with `python "
+        "scripts/convert_imagereward.py ImageReward.pt DIR --processor-from TOKENIZER_DIR` (BLIP's BERT tokenizer, "
+        "e.g. that of Salesforce/blip-itm-large-coco; the 224 px image processor is written by the script).")
 
 
 def imagereward(device="cpu", *, root=None, weights_dir=None):
