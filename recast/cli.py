@@ -12,60 +12,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from recast.config import BACKENDS, METHODS, TrainConfig, parse_floats, parse_overrides, preset
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return parse_floats(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
-def _override(text: str) -> tuple[str, object]:
-    """`key=value` for any TrainConfig field; the value is parsed by the field's type (errors name the field)."""
-    try:
-        return next(iter(parse_overrides([text]).items()))
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _list_option(option: str, text: str, kind=str) -> tuple:
-    """A non-empty comma-separated list for `option`; errors name the option."""
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items:
-        raise ValueError(f"{option} is empty: give a comma-separated list, e.g. {option} 0,1,2")
-    try:
-        return tuple(kind(x) for x in items)
-    except ValueError:
-        raise ValueError(f"{option} expects comma-separated {kind.__name__}s, got {text!r}") from None
+from recast.runargs import add_train_arguments, config_from_args, floats as _floats, list_option as _list_option
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     ap = argparse.ArgumentParser(prog="python -m recast", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train", help="run (or resume) online RL training")
-    t.add_argument("--preset", default="cpu", help="ci | cpu | gpu | sd35")
-    t.add_argument("--world", help="world spec: tiny | digits:PATH | sd3:PATH_OR_HUB_ID | sd3-tiny | a digit-world "
-                   "folder")
-    t.add_argument("--setting", help="the world's reward setting: compose | quality (digits); composition | "
-                   "quality (sd3)")
-    t.add_argument("--rewards", help="comma-separated reward names (instead of --setting)")
-    t.add_argument("--method", choices=METHODS, help="credit assignment across timesteps")
-    t.add_argument("--lam", type=_floats, help="budgets, one per reward, comma-separated (normalised to sum 1; "
-                   "default: the setting's, equal unless the world sets them, e.g. quality: sharpness-heavy)")
-    t.add_argument("--backend", choices=BACKENDS, help="nft (DiffusionNFT loss) | grpo (Flow-GRPO)")
-    t.add_argument("--iterations", type=int)
-    t.add_argument("--seed", type=int)
-    t.add_argument("--device", help="cpu | cuda")
-    t.add_argument("--out", required=True, help="run directory")
-    t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
-    t.add_argument("--overwrite", action="store_true", help="start over even if OUT holds a run")
-    t.add_argument("--fixed-w", metavar="JSON", help="train method=fixed at the W of this file: profile.json of "
-                   "`python -m recast profile` (same rewards, budgets and --num-steps) or a mean_W.json")
-    t.add_argument("--set", type=_override, action="append", default=[], metavar="FIELD=VALUE",
-                   help="override any TrainConfig field (repeatable), e.g. --set nft_beta=0.5")
+    add_train_arguments(sub.add_parser("train", help="run (or resume) online RL training"))
+    e = sub.add_parser("export", help="write a run's trained LoRA adapter in diffusers' format (pipe.load_lora_weights)")
+    e.add_argument("run_dir", help="a run directory (its checkpoint.pt)")
+    e.add_argument("out_dir", help="an empty or new folder for pytorch_lora_weights.safetensors")
+    e.add_argument("--which", default="ema", choices=("ema", "raw"), help="the EMA of the weights (what evaluations "
+                   "sample) or the raw trained weights")
     d = sub.add_parser("demo", help="ReCAST vs uniform (and other methods), same seeds; summary and paired tables, a figure")
     d.add_argument("--preset", default="cpu", help="ci | cpu | gpu")
     d.add_argument("--setting", default="compose", help="compose | quality")
@@ -77,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--iterations", type=int, help="override the preset's iterations")
     d.add_argument("--workers", type=int, help="parallel training processes (default: CPU count)")
     d.add_argument("--out", default="runs/demo", help="folder for the runs and results.{json,csv}")
+    d.add_argument("--overwrite", action="store_true", help="retrain runs in --out made with other settings (finished "
+                   "runs of these settings are reused, killed ones continue)")
     d.add_argument("--figure", default=None, help="figure name, written beside the results (default: demo_<setting>)")
     from recast.experiments import profile
 
@@ -91,7 +52,8 @@ def _demo(args: argparse.Namespace) -> int:
         result = run_demo(args.out, preset_name=args.preset, setting=args.setting, lam=args.lam,
                           methods=_list_option("--methods", args.methods),
                           seeds=_list_option("--seeds", args.seeds, int), iterations=args.iterations,
-                          workers=args.workers, figure_name=args.figure or f"demo_{args.setting}")
+                          workers=args.workers, figure_name=args.figure or f"demo_{args.setting}",
+                          overwrite=args.overwrite)
     except (ValueError, FileNotFoundError, FileExistsError, PermissionError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -100,34 +62,6 @@ def _demo(args: argparse.Namespace) -> int:
           f"{result.wall_time_s:.0f} s; summary in {result.out_dir}/results.json")
     return 0
 
-
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The TrainConfig the parsed arguments describe."""
-    over = {k: v for k, v in dict(setting=args.setting, method=args.method, lam=args.lam, backend=args.backend,
-                                  iterations=args.iterations, seed=args.seed, device=args.device,
-                                  world=args.world).items()
-            if v is not None}
-    if args.rewards:
-        over["rewards"] = tuple(r for r in args.rewards.split(",") if r)
-    over.update(dict(args.set))
-    names = None
-    if getattr(args, "fixed_w", None):
-        from recast.config import load_fixed_W
-
-        if over.get("method", "fixed") != "fixed":
-            raise ValueError(f"--fixed-w trains method='fixed'; drop --method {over['method']}")
-        if "fixed_W" in over:
-            raise ValueError("give the fixed W once: --fixed-w or --set fixed_W=..., not both")
-        over["fixed_W"], names = load_fixed_W(args.fixed_w)
-        over["method"] = "fixed"
-    cfg = preset(args.preset, **over)
-    if names is not None:
-        from recast.config import resolve_rewards
-
-        if tuple(names) != resolve_rewards(cfg):
-            raise ValueError(f"--fixed-w {args.fixed_w} holds W for rewards {list(names)}, but this run trains "
-                             f"{list(resolve_rewards(cfg))}: profile the same rewards, in the same order")
-    return cfg
 
 
 # the extra that installs each package the commands import (pyproject.toml)
@@ -154,23 +88,51 @@ def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "demo":
         return _demo(args)
+    if args.command == "export":
+        from recast.trainer.adapters import export_adapter
+
+        try:
+            path = export_adapter(args.run_dir, args.out_dir, args.which)
+        except (ValueError, FileNotFoundError, FileExistsError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"wrote the {args.which} adapter of {args.run_dir} to {path} (pipe.load_lora_weights({str(path)!r}))")
+        return 0
     if args.command == "profile":
         from recast.experiments import profile
 
         return profile.run(args)
+    from recast.trainer.rundir import EXIT_BUSY, RunDirBusyError
+
     try:
+        if args.resume and args.auto:
+            raise ValueError("--resume and --auto overlap: --auto already resumes a compatible run; pass one")
         cfg = config_from_args(args)
         from recast.trainer import NonFiniteLossError, Trainer
 
-        trainer = Trainer(cfg, args.out, resume=args.resume, overwrite=args.overwrite)
+        trainer = Trainer(cfg, args.out, resume="auto" if args.auto else args.resume, overwrite=args.overwrite)
+    except RunDirBusyError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BUSY
     except (ValueError, FileNotFoundError, FileExistsError, PermissionError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a full disk, an unreadable file: one line naming it, not a traceback
+        print(f"error: {err.strerror or err} ({err.filename or args.out})", file=sys.stderr)
+        return 2
+    if trainer.mode == "finished":
+        trainer.release()
+        print(f"done: {args.out} already holds this run, finished; nothing to train")
+        return 0
     try:
         run = trainer.run()
     except NonFiniteLossError as err:
         print(f"error: {err}", file=sys.stderr)
         return 3
+    except OSError as err:
+        print(f"error: cannot write {err.filename or args.out}: {err.strerror or err}; the last checkpoint is intact, "
+              "rerun with --resume once there is room", file=sys.stderr)
+        return 2
     last = run.metrics[-1] if run.metrics else {}
     print(f"done: {len(run.metrics)} iterations in {args.out}; last weighted reward "
           f"{last.get('reward/weighted', float('nan')):.4f}")

@@ -28,6 +28,9 @@ class TrainConfig:
     # --- world and task ---
     world: str = "tiny"  # world spec (recast.world): "tiny", "digits:PATH", "sd3:PATH_OR_HUB_ID", "sd3-tiny", or a
     #                      bare folder holding world.json (the digit world), e.g. "data/digit_base"
+    world_settings: dict = dataclasses.field(default_factory=dict)  # the world's own settings over its defaults for
+    #                      the setting (SD3: resolution, prompt_files, judges, reward_root, dtype, ...; the digit
+    #                      world has none); checked by the world before anything loads (recast.world.world_settings)
     setting: str = "compose"  # the world's reward setting: compose | quality (digits), composition | quality (sd3)
     rewards: tuple[str, ...] = ()  # explicit reward names (overrides `setting` when non-empty)
     lam: tuple[float, ...] = ()  # budgets lambda_k >= 0, one per reward, normalised to sum 1; () = the setting's
@@ -107,7 +110,8 @@ class TrainConfig:
     seed: int = 0  # seeds the world (tiny), LoRA init, prompt draws, noise, column draws
     num_threads: int = 0  # torch CPU threads for this process (0 = leave torch's default); 1 avoids oversubscription
     device: str = "cpu"  # "cpu" or "cuda"; under `accelerate launch` the process's device is used
-    mixed_precision: str = "no"  # accelerate mixed precision: no | fp16 | bf16
+    mixed_precision: str = "auto"  # auto (follow `accelerate config` / ACCELERATE_MIXED_PRECISION; else no) | no |
+    #                                fp16 | bf16 (an explicit value wins over accelerate's)
     eval_every: int = 0  # judge EMA samples on test prompts every this many iterations (0 = only at the end)
     eval_prompts: int = 16  # number of test prompts for evaluation
     eval_group: int = 1  # samples per test prompt at evaluation
@@ -285,6 +289,10 @@ def resolve_rewards(cfg: TrainConfig, spec: str | None = None, *, info=None) -> 
     for n in names:
         if n not in info.reward_names:
             raise ValueError(f"unknown reward {n!r} for world {spec!r}; valid: {', '.join(info.reward_names)}")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:  # the same reward twice would train it twice under colliding metric keys
+        raise ValueError(f"rewards {dup} are named more than once in {list(names)}; name each reward once (to weigh "
+                         "one more, raise its budget with --lam)")
     return names
 
 
@@ -335,7 +343,10 @@ def load_fixed_W(path: str | os.PathLike) -> tuple[tuple[tuple[float, ...], ...]
                          "or mean_W.json hold")
     rows = tuple(parse_floats(row, f"--fixed-w {path}: W") for row in W)
     names = obj.get("reward_names")
-    return rows, (tuple(names) if isinstance(names, list) else None)
+    if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        raise ValueError(f"--fixed-w {path}: \"reward_names\" must be a list of reward names, got "
+                         f"{type(names).__name__} {names!r}")
+    return rows, (tuple(names) if names is not None else None)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -399,8 +410,15 @@ def parse_field(name: str, text: str):
             return tuple(parse_floats(row, name) for row in text.split(";"))
         if typ.startswith("tuple[float"):
             return parse_floats(text, name)
-        if typ.startswith("tuple[str"):
-            return tuple(v.strip() for v in text.split(",") if v.strip())
+        if typ.startswith("tuple[str"):  # "a,b", "[a, b]" or "['a', 'b']" (papermill's -p passes the literal)
+            return tuple(v.strip().strip("'\"") for v in text.strip().strip("[]()").split(",") if v.strip())
+        if typ == "dict":
+            import yaml
+
+            value = yaml.safe_load(text) if text.strip() else {}
+            if not isinstance(value, dict):
+                raise ValueError(f"{name}: expected a mapping such as {{resolution: 256}}, got {text!r}")
+            return value
         if typ == "bool":
             return parse_bool(text, name)
         if typ == "int":
@@ -425,7 +443,20 @@ def parse_overrides(texts) -> dict:
         key, sep, value = text.partition("=")
         if not sep:
             raise ValueError(f"expected FIELD=VALUE with a TrainConfig field, got {text!r}")
-        out[key.strip()] = parse_field(key.strip(), value)
+        key = key.strip()
+        if key.startswith("world_settings."):  # one world setting: its value as YAML, checked by the world later
+            import yaml
+
+            sub = key[len("world_settings."):]
+            if not sub:
+                raise ValueError(f"expected world_settings.NAME=VALUE, got {text!r}")
+            try:
+                parsed = yaml.safe_load(value) if value.strip() else ""
+            except yaml.YAMLError:
+                parsed = value
+            out.setdefault("world_settings", {})[sub] = parsed
+            continue
+        out[key] = parse_field(key, value)
     return out
 
 
@@ -473,6 +504,8 @@ def check_field_types(cfg: TrainConfig) -> None:
                 ok = len(items) == typ.count("float")
         elif typ.startswith("tuple[str"):
             ok = isinstance(v, (tuple, list)) and all(isinstance(x, str) for x in v)
+        elif typ == "dict":
+            ok = isinstance(v, dict) and all(isinstance(k, str) for k in v)
         else:
             continue  # a type this checker does not know: its own validation owns it
         if not ok:

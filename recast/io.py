@@ -82,6 +82,9 @@ def read_json(path: str | os.PathLike) -> Any:
         raise ValueError(f"{path} is not a UTF-8 JSON file ({err.reason} at byte {err.start})") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}") from None
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deeply to be a config or a record (JSON nesting beyond Python's "
+                         "recursion limit)") from None
 
 
 def append_jsonl(path: str | os.PathLike, record: dict) -> None:

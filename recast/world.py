@@ -30,6 +30,7 @@ import torch
 from recast.sampling import PromptEmbeds
 
 __all__ = ["RewardFn", "World", "WorldInfo", "register_world", "world_prefixes", "load_world", "world_info",
+           "world_settings",
            "parse_spec", "sample_prompts"]
 
 RewardFn = Callable[[torch.Tensor, list[str]], torch.Tensor]  # (images (B, 3, H, W) in [0, 1], prompts) -> (B,)
@@ -107,6 +108,12 @@ _INFO: dict[str, Callable[[str | None], WorldInfo] | str] = {
     "sd3-tiny": "recast.worlds.sd3.world:sd3_info",
 }
 _NEEDS_ARG = {"digits", "sd3"}  # prefixes whose spec must name a path (or hub id)
+# prefix -> `resolve(arg, setting, overrides, rewards) -> (settings object, plain dict)` or "module:attribute": the
+# world's own settings for a reward setting, with a run's ``world_settings`` over them, checked before loading
+_SETTINGS: dict[str, Callable | str] = {
+    "sd3": "recast.worlds.sd3.settings:resolve_settings",
+    "sd3-tiny": "recast.worlds.sd3.settings:resolve_tiny_settings",
+}
 
 
 def register_world(prefix: str, factory: Callable[[str | None], World] | str, *, needs_arg: bool = False,
@@ -195,6 +202,27 @@ def world_info(spec: str) -> WorldInfo:
     return WorldInfo({k: tuple(v) for k, v in world.reward_settings.items()},
                      tuple(dict.fromkeys(n for v in world.reward_settings.values() for n in v)),
                      setting_budgets={k: tuple(v) for k, v in getattr(world, "setting_budgets", {}).items()})
+
+
+def world_settings(spec: str, setting: str, overrides: dict | None = None, *, rewards=()) -> tuple[object, dict]:
+    """The world's own settings for a reward setting, with ``overrides`` (a run's ``world_settings``) over them.
+
+    Returns:
+        (the settings object the world's factory takes as ``settings=``, or None for a world without settings;
+        the same as plain data).
+
+    Raises:
+        ValueError / FileNotFoundError: an unknown setting name, a wrong type or a missing file, naming it; any
+            ``world_settings`` at all for a world that takes none.
+    """
+    prefix, arg = _checked(spec)
+    overrides = dict(overrides or {})
+    if prefix not in _SETTINGS:
+        if overrides:
+            raise ValueError(f"config field world_settings: world {spec!r} takes no world settings, got "
+                             f"{sorted(overrides)}")
+        return None, {}
+    return _resolve(_SETTINGS[prefix])(arg, setting, overrides, tuple(rewards))
 
 
 def _checked(spec: str) -> tuple[str, str | None]:

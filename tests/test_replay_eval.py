@@ -40,9 +40,13 @@ def test_bad_replay_plans_are_refused_before_any_run(tmp_path, kw, match):
 
 def _fake(run, evals, queries_per_it=10, iterations=4):
     """A finished run directory: config, metrics with reward_queries (not iterations x batch on purpose), evals."""
+    from recast.experiments.sweep import _planned_config
+
     run.out_dir.mkdir(parents=True)
-    write_json(run.out_dir / "config.json", {"iterations": iterations, "batch_size": 8, "prompts_per_iter": 4,
-                                             "group_size": 2, "_run": {"reward_names": ["a"], "lam": [1.0]}})
+    planned = _planned_config(run).to_dict()  # the plan's own config, so the run counts as the plan's
+    assert planned["iterations"] == iterations
+    write_json(run.out_dir / "config.json", {**planned, "_run": {"reward_names": ["a"], "lam": [1.0]}})
+    (run.out_dir / "checkpoint.pt").write_bytes(b"")
     (run.out_dir / "metrics.jsonl").write_text("".join(json.dumps(
         {"iteration": i, "reward_queries": queries_per_it * i, "time/total": 1.5}) + "\n"
         for i in range(1, iterations + 1)))

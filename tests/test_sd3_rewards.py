@@ -12,7 +12,7 @@ from recast.worlds.sd3.prompts import GenEvalItem, ObjectSpec, load_geneval_meta
 from recast.worlds.sd3.rewards.clip import AestheticMLP
 from recast.worlds.sd3.rewards.geneval import Detection, nearest_color, score_item
 from recast.worlds.sd3.tiny import CLIP_BOS, CLIP_EOS, clip_tokenizer
-from recast.worlds.sd3.world import DATA_PROMPTS
+from recast.worlds.sd3.settings import DATA_PROMPTS
 
 TEXT = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
             max_position_embeddings=16, bos_token_id=CLIP_BOS, eos_token_id=CLIP_EOS, pad_token_id=CLIP_EOS)

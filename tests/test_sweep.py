@@ -65,11 +65,18 @@ def test_bad_plans_are_refused_before_any_run(kw, match, tmp_path):
         plan_sweep(**{**dict(world="tiny", settings=("compose",), preset="ci", out_root=tmp_path), **kw})
 
 
+FAKE_SETS = {"prompts_per_iter": 4}  # the ci preset's groups of 2, so 8 samples per iteration
+
+
 def _fake_run(run, finals, iterations=4, per_iter=8):
     """A run directory holding what the trainer writes: config, one metrics line per iteration, evals at 0 and end."""
+    from recast.experiments.sweep import _planned_config
+
     run.out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(run.out_dir / "config.json", {"iterations": iterations, "batch_size": per_iter, "prompts_per_iter": 1,
-                                             "group_size": 2, "_run": {"reward_names": ["a"], "lam": [1.0]}})
+    planned = _planned_config(run).to_dict()  # the plan's own config, so the run counts as the plan's
+    assert planned["iterations"] == iterations and planned["prompts_per_iter"] * planned["group_size"] == per_iter
+    write_json(run.out_dir / "config.json", {**planned, "_run": {"reward_names": ["a"], "lam": [1.0]}})
+    (run.out_dir / "checkpoint.pt").write_bytes(b"")
     (run.out_dir / "metrics.jsonl").write_text("".join(json.dumps({"iteration": i + 1}) + "\n"
                                                        for i in range(iterations)))
     base = {k: 0.0 for k in finals}
@@ -80,7 +87,8 @@ def _fake_run(run, finals, iterations=4, per_iter=8):
 
 def test_aggregation_on_synthetic_runs(tmp_path):
     runs = plan_sweep(world="tiny", settings=("compose",), budgets=("uniform", "digit-heavy"),
-                      methods=("recast", "uniform"), seeds=(0, 1, 2), preset="ci", out_root=tmp_path)
+                      methods=("recast", "uniform"), seeds=(0, 1, 2), preset="ci", out_root=tmp_path,
+                      sets=FAKE_SETS)
     strict = {("recast", 0): 0.5, ("recast", 1): 0.6, ("recast", 2): 0.7,
               ("uniform", 0): 0.4, ("uniform", 1): 0.5, ("uniform", 2): 0.65}
     for r in runs:
@@ -114,7 +122,7 @@ def test_aggregation_on_synthetic_runs(tmp_path):
 
 def test_w_timing_reads_the_last_W_of_each_finished_recast_run(tmp_path):
     runs = plan_sweep(world="tiny", settings=("compose",), budgets=("uniform",), methods=("recast", "uniform"),
-                      seeds=(0, 1), preset="ci", out_root=tmp_path)
+                      seeds=(0, 1), preset="ci", out_root=tmp_path, sets=FAKE_SETS)
     for r in runs:
         _fake_run(r, {"judge/strict": 0.5})
         cfg = json.loads((r.out_dir / "config.json").read_text())
@@ -157,7 +165,7 @@ def test_sweep_runs_skips_finished_and_a_row_command_reproduces_it(tmp_path, mon
 
 def test_training_change_pairs_final_with_base_and_flags_reward_hacking(tmp_path):
     runs = plan_sweep(world="tiny", settings=("compose",), budgets=("uniform",), methods=("recast", "uniform"),
-                      seeds=(0, 1, 2), preset="ci", out_root=tmp_path)
+                      seeds=(0, 1, 2), preset="ci", out_root=tmp_path, sets=FAKE_SETS)
     for r in runs:  # _fake_run's base evaluation is 0 for every metric
         hacked = r.method == "uniform"
         strict = (-0.2 if hacked else 0.1) + 0.01 * r.seed

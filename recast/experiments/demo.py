@@ -36,9 +36,8 @@ class DemoResult:
         runs: method -> list of run directories (one per seed, in seed order).
         wall_time_s: wall-clock seconds of the whole demo.
         paired: ReCAST − baseline per (baseline, metric) over the shared seeds (`paired`); empty without ReCAST.
-        efficiency: per (baseline, judge) the share of the baseline's images ReCAST needs to reach the baseline's
-            final value (`efficiency`; None where the baseline did not improve on its start, or ReCAST never gets
-            there).
+        efficiency: empty. The interpolated ratio (`efficiency`, kept for the research pages that cite it) read
+            three evaluation points and no crossing of the baseline's own; the study measures efficiency instead.
     """
 
     out_dir: Path
@@ -61,26 +60,21 @@ class DemoResult:
             for r in self.paired:
                 lines.append(f"| {r['baseline']} | {r['metric']} | {r['diff']:+.3f} | "
                              f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] | {r['verdict']} |")
-        if self.efficiency:
-            lines += ["", "Sample efficiency: images ReCAST needs to reach the baseline's final seed-mean judge score, as a "
-                      "share of the baseline's images (< 1: ReCAST is faster; 'not reached': it never gets there).", "",
-                      "| baseline | judge | baseline final | ReCAST final | images ratio |", "|---|---|---|---|---|"]
-            for r in self.efficiency:
-                lines.append(f"| {r['baseline']} | {r['metric']} | {r['baseline_final']:.3f} | {r['method_final']:.3f} "
-                             f"| {efficiency_label(r)} |")
+        lines += ["", "Sample efficiency is not read from a demo: three evaluation points cannot locate where a curve "
+                  "crosses the baseline's level (research/study/ measures it from dense evaluation)."]
         return "\n".join(lines)
 
 
 def _train_one(job: tuple) -> str:
     """Worker: one full training run (imports inside, so spawned processes start clean)."""
-    preset_name, overrides, out = job
+    preset_name, overrides, out, overwrite = job
     import torch
 
     from recast.config import preset
     from recast.trainer import train
 
     torch.set_num_threads(1)
-    train(preset(preset_name, **overrides), out, overwrite=True)
+    train(preset(preset_name, **overrides), out, resume="auto", overwrite=overwrite)  # a rerun continues, never clears
     return out
 
 
@@ -113,6 +107,7 @@ def run_demo(
     iterations: int | None = None,
     workers: int | None = None,
     figure_name: str | None = "demo_compose",
+    overwrite: bool = False,
 ) -> DemoResult:
     """Train every method with every seed, then summarise and plot.
 
@@ -126,7 +121,9 @@ def run_demo(
         seeds: training seeds (each method runs every seed).
         iterations: override the preset's iteration count.
         workers: parallel processes (default: CPU count, at most the number of runs).
-        figure_name: figure written through `recast.plotting.savefig` (None: no figure).
+        figure_name: figure written through `recast.plotting.savefig` (None: no figure); a plain name, no path.
+        overwrite: retrain runs made with other settings in ``out_dir`` (without it they are refused). Finished runs
+            of the same settings are reused and killed ones continue, either way.
 
     Returns:
         `DemoResult`.
@@ -135,6 +132,8 @@ def run_demo(
     from recast.io import write_csv, write_json
 
     _check_options(methods, seeds, workers, METHODS)
+    if figure_name is not None and (not figure_name or Path(figure_name).name != figure_name or figure_name in (".", "..")):
+        raise ValueError(f"figure name (--figure) must be a plain file name without a folder, got {figure_name!r}")
     out = Path(out_dir)
     overrides = {"setting": setting, "lam": tuple(lam), "progress": False}
     if iterations is not None:
@@ -146,9 +145,10 @@ def run_demo(
         overrides["eval_every"] = cfg.iterations  # the summary needs the base model's scores (iteration 0)
     for m in methods:  # validate every config before any compute
         for s in seeds:
-            spec = validate(preset(preset_name, **overrides, method=m, seed=s), out / m / f"seed_{s}", overwrite=True)
-    jobs = [(preset_name, {**overrides, "method": m, "seed": s}, str(out / m / f"seed_{s}")) for m in methods
-            for s in seeds]
+            spec = validate(preset(preset_name, **overrides, method=m, seed=s), out / m / f"seed_{s}", resume="auto",
+                            overwrite=overwrite)
+    jobs = [(preset_name, {**overrides, "method": m, "seed": s}, str(out / m / f"seed_{s}"), overwrite)
+            for m in methods for s in seeds]
     workers = workers or min(len(jobs), os.cpu_count() or 1)
     start = time.perf_counter()
     if workers == 1:
@@ -159,7 +159,7 @@ def run_demo(
             list(pool.map(_train_one, jobs))
     runs = {m: [out / m / f"seed_{s}" for s in seeds] for m in methods}
     rows = summarise(runs)
-    pairs, eff = paired(runs), efficiency(runs)
+    pairs, eff = paired(runs), []  # the interpolated efficiency ratio is retired (research/study/preregistration.md)
     result = DemoResult(out, rows, runs, time.perf_counter() - start, pairs, eff)
     write_json(out / "results.json", {"preset": preset_name, "setting": setting, "lam": spec.lam.tolist(),
                                       "seeds": list(seeds),

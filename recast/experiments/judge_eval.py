@@ -141,7 +141,7 @@ def pairwise(world, a_images: torch.Tensor, b_images: torch.Tensor, prompts: lis
     prefer = getattr(world, "prefer", None)
     if prefer is None:
         raise TypeError(f"{type(world).__name__} has no pairwise judge (a `prefer(a, b, prompts)` method)")
-    return [int(v) for v in prefer(a_images, b_images, prompts)]
+    return [None if v is None else int(v) for v in prefer(a_images, b_images, prompts)]
 
 
 @dataclass
@@ -231,11 +231,13 @@ def evaluate_sweep(runs: list, *, method: str = "recast", num_prompts: int = 64,
             for name, x in images.items():
                 judge_rows.append({"setting": cell[0], "budget": cell[1], "policy": name, "seed": seed,
                                    **base.world.evaluate(x, pooled, seed=noise[0])})
-            for b in methods[1:]:
-                if b in images:
+            for b in methods[1:]:  # a world without a pairwise judge (SD3 without vlm_judge) gets no win rates
+                if b in images and getattr(base.world, "pairwise_available", hasattr(base.world, "prefer")):
                     verdicts[b][seed] = pairwise(base.world, images[method], images[b], pooled)
             grids.setdefault(cell, {k: v[:grid_size] for k, v in images.items()})
         for b, per_seed_verdicts in verdicts.items():
+            if not per_seed_verdicts:
+                continue
             w = aggregate_verdicts([v for vs in per_seed_verdicts.values() for v in vs], confidence=confidence)
             s = win_rates_over_seeds(per_seed_verdicts.values(), confidence=confidence)
             win_rows.append({"setting": cell[0], "budget": cell[1], "method": method, "baseline": b,

@@ -61,7 +61,7 @@ def plan_replay(*, world: str = "data/digit_base", settings: tuple[str, ...] = (
         ValueError: anything `plan_sweep` refuses, a priority for a method not planned, or a replay config that
             `validate_config` refuses (checked for every replay run before any is trained).
     """
-    from recast.cli import build_parser, config_from_args
+    from recast.runargs import config_from_args, train_parser
     from recast.trainer.validate import validate_config
 
     prio = {m: "informativeness" if m == "recast" else "advantage" for m in methods}
@@ -81,7 +81,7 @@ def plan_replay(*, world: str = "data/digit_base", settings: tuple[str, ...] = (
                      ("replay_max_age", replay_max_age), ("replay_priority", prio[run.method])):
             args += ["--set", f"{k}={v}"]
         replayed.append(replace(run, method=arm(run.method, True), out_dir=out, args=tuple(args)))
-        validate_config(config_from_args(build_parser().parse_args(["train", *args])))
+        validate_config(config_from_args(train_parser().parse_args(list(args))))
     return base + replayed
 
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,51 +148,104 @@ def plan_sweep(*, world: str = "data/digit_base", settings: tuple[str, ...] = ("
     return runs
 
 
+def _planned_config(run: SweepRun):
+    """The TrainConfig the run's command asks for (parsed exactly as `python -m recast train` parses it)."""
+    from recast.runargs import config_from_args, train_parser
+
+    return config_from_args(train_parser().parse_args(list(run.args)))
+
+
 def is_finished(run: SweepRun) -> bool:
-    """True when the run's last iteration and its final evaluation are on disk."""
-    from recast.trainer.metrics import load_run
+    """True when the run's last iteration and its final evaluation are on disk, made with the settings its command
+    asks for now (a run made with other settings is not this plan's, whatever it holds)."""
+    from recast.io import read_json
+    from recast.trainer.checkpoint import RESOLVED_FIELDS, check_resume_config
+    from recast.trainer.rundir import is_finished as finished
 
     try:
-        r = load_run(run.out_dir)
-    except (FileNotFoundError, ValueError, OSError):
+        if not getattr(run, "args", None):  # a run directory without a command (a demo's): its own config decides
+            return finished(run.out_dir, int(read_json(run.out_dir / "config.json").get("iterations", -1)))
+        cfg = _planned_config(run)
+        check_resume_config(run.out_dir, cfg.to_dict(), resolved=RESOLVED_FIELDS)
+    except (FileNotFoundError, ValueError, OSError, SystemExit):
         return False
-    n = int(r.config.get("iterations", -1))
-    return bool(r.metrics) and r.metrics[-1].get("iteration") == n and bool(r.evals) and \
-        r.evals[-1].get("iteration") == n
+    return finished(run.out_dir, cfg.iterations)
 
 
 @dataclass(frozen=True)
 class SweepReport:
-    """What `run_sweep` did: runs trained, skipped (already finished) and failed (with their stderr tails)."""
+    """What `run_sweep` did: runs trained, skipped (already finished, or finished by another sweep while this one
+    waited), busy (held by another live run) and failed (with their stderr tails)."""
 
     ran: list[SweepRun] = field(default_factory=list)
     skipped: list[SweepRun] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     wall_time_s: float = 0.0
+    busy: list[SweepRun] = field(default_factory=list)
 
 
-def _launch(run: SweepRun, python: str) -> tuple[SweepRun, int, str]:
-    """Run one training command; resume a killed run from its checkpoint, restart one without a checkpoint."""
-    extra = ["--resume"] if (run.out_dir / "checkpoint.pt").is_file() else \
-        ["--overwrite"] if run.out_dir.exists() and any(run.out_dir.iterdir()) else []
+_CHILDREN: set = set()
+_CHILDREN_LOCK = threading.Lock()
+
+
+def _launch(run: SweepRun, python: str, rerun_changed: bool) -> tuple[SweepRun, int, str]:
+    """Run one training command with ``--auto``: the child decides under the run directory's lock whether to
+    continue, skip (finished) or start, so two sweeps on one root never retrain or clear each other's runs. A run
+    made with other settings is refused (exit 2) unless ``rerun_changed`` adds ``--overwrite``."""
+    extra = ["--auto", *(["--overwrite"] if rerun_changed else [])]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([python, "-m", "recast", "train", *run.args, *extra], capture_output=True, text=True,
-                          env=env)
-    return run, proc.returncode, proc.stderr[-2000:]
+    proc = subprocess.Popen([python, "-m", "recast", "train", *run.args, *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    with _CHILDREN_LOCK:
+        _CHILDREN.add(proc)
+    try:
+        out, err = proc.communicate()
+    finally:
+        with _CHILDREN_LOCK:
+            _CHILDREN.discard(proc)
+    return run, proc.returncode, (err or "")[-2000:] + ("\n__finished__" if "already holds this run" in out else "")
 
 
-def run_sweep(runs: list[SweepRun], *, jobs: int = 1, python: str = sys.executable) -> SweepReport:
-    """Train every unfinished run, `jobs` at a time, each as its own `python -m recast train` process.
+def _stop_children(signum, frame):
+    """Forward a SIGTERM / SIGINT to every training child (each stops at its own pace, its checkpoint intact), then
+    let the driver stop: no child outlives its sweep."""
+    with _CHILDREN_LOCK:
+        for proc in list(_CHILDREN):
+            if proc.poll() is None:
+                proc.send_signal(signum)
+    raise KeyboardInterrupt(f"sweep interrupted by signal {signum}; rerun it to continue")
 
-    A run that fails does not stop the others; its stderr tail is in `SweepReport.failed`.
+
+def run_sweep(runs: list[SweepRun], *, jobs: int = 1, python: str = sys.executable,
+              rerun_changed: bool = False) -> SweepReport:
+    """Train every unfinished run, `jobs` at a time, each as its own `python -m recast train --auto` process.
+
+    Rerunning a sweep continues it: finished runs are skipped, killed ones resume from their checkpoints. A run
+    whose directory holds a run made with other settings is refused and reported in `failed`, unless
+    ``rerun_changed`` (then it is trained afresh). A run that fails does not stop the others. SIGTERM or SIGINT to
+    the driver is forwarded to its children.
     """
+    from recast.trainer.rundir import EXIT_BUSY as BUSY
+
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     start = time.perf_counter()
     todo = [r for r in runs if not is_finished(r)]
     skipped = [r for r in runs if r not in todo]
-    ran, failed = [], {}
-    with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
-        for run, code, err in pool.map(lambda r: _launch(r, python), todo):
-            (ran.append(run) if code == 0 else failed.__setitem__(str(run.out_dir), err))
-    return SweepReport(ran, skipped, failed, time.perf_counter() - start)
+    ran, failed, busy = [], {}, []
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {s: signal.signal(s, _stop_children) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
+            for run, code, err in pool.map(lambda r: _launch(r, python, rerun_changed), todo):
+                if code == 0:
+                    (skipped if err.endswith("__finished__") else ran).append(run)
+                elif code == BUSY:
+                    busy.append(run)
+                else:
+                    failed[str(run.out_dir)] = err
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    return SweepReport(ran, skipped, failed, time.perf_counter() - start, busy)

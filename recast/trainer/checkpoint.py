@@ -23,6 +23,7 @@ from recast.io import atomic_write_bytes, read_json, read_jsonl, to_jsonable
 
 __all__ = ["CHECKPOINT", "FORMAT", "LOG_FILES", "RESUMABLE_FIELDS", "CheckpointError", "capture_rng", "restore_rng",
            "check_plain", "save_checkpoint", "load_checkpoint", "check_resume_config", "weights_fingerprint",
+           "world_fingerprint",
            "capture_logs", "restore_logs", "truncate_jsonl", "non_finite"]
 
 CHECKPOINT = "checkpoint.pt"
@@ -34,7 +35,11 @@ RESUMABLE_FIELDS = ("iterations", "progress", "log_with", "checkpoint_every", "e
 RESOLVED_FIELDS = ("setting", "rewards", "lam")
 # Fields added after runs existed, whose default reproduces those runs exactly: a config.json that lacks one matches
 # a config that holds its default (so runs made before trajectory replay still resume).
-LATER_FIELDS = ("replay_share", "replay_priority", "replay_capacity", "replay_max_age")
+LATER_FIELDS = ("replay_share", "replay_priority", "replay_capacity", "replay_max_age", "step_credit_eps", "otca_explore",
+                "world_settings")
+# Values that name one behaviour: "auto" mixed precision resolves to "no" unless accelerate is configured otherwise
+# (the run marker records what it resolved to), so a run made when the default was "no" still resumes.
+SAME_VALUES = {"mixed_precision": ({"no", "auto"},)}
 
 
 class CheckpointError(ValueError):
@@ -163,9 +168,12 @@ def check_resume_config(run_dir: str | Path, cfg_dict: dict, source: str | None 
     now = to_jsonable(cfg_dict)
     default = TrainConfig().to_dict()
     later = {k: default[k] for k in LATER_FIELDS}
+    def same(k, a, b) -> bool:
+        return a == b or any(a in group and b in group for group in SAME_VALUES.get(k, ()))
+
     diff = [k for k in sorted(set(saved) | set(now))
             if k not in RESUMABLE_FIELDS and k not in resolved and not k.startswith("_")
-            and saved.get(k, later.get(k)) != now.get(k, later.get(k))]
+            and not same(k, saved.get(k, later.get(k)), now.get(k, later.get(k)))]
     if diff:
         label = source or "now"
         detail = ", ".join(f"{k}: config.json {saved.get(k, later.get(k))!r} vs {label} {now.get(k, later.get(k))!r}"
@@ -185,20 +193,57 @@ def weights_fingerprint(modules: Iterable[torch.nn.Module]) -> str:
     return h.hexdigest()
 
 
+def world_fingerprint(world) -> str:
+    """The fingerprint of a world's base weights as runs record it: transformer and text encoder, each once, taken
+    before LoRA is added (`weights_fingerprint`)."""
+    modules = (getattr(world, "transformer", None), getattr(world, "text_encoder", None))
+    return weights_fingerprint({id(m): m for m in modules if isinstance(m, torch.nn.Module)}.values())
+
+
 def capture_logs(run_dir: str | Path) -> dict[str, str]:
     """The run's log files as they are now (only those that exist)."""
     run_dir = Path(run_dir)
     return {name: (run_dir / name).read_text() for name in LOG_FILES if (run_dir / name).is_file()}
 
 
-def restore_logs(run_dir: str | Path, logs: dict[str, str]) -> None:
-    """Rewrite each log file exactly as the checkpoint saw it (files it did not see are removed)."""
+def restore_logs(run_dir: str | Path, logs: dict[str, str], keep_evals_at: int | None = None) -> None:
+    """Rewrite each log file exactly as the checkpoint saw it (files it did not see are removed).
+
+    Args:
+        keep_evals_at: the checkpoint's iteration. The evaluation of that iteration runs after the checkpoint is
+            written (so a killed evaluation loses no training); a record of it in eval.jsonl is kept, because
+            evaluating changes nothing the checkpoint holds. Without it, extending a finished run would drop its
+            last evaluation.
+    """
+    import json
+
     run_dir = Path(run_dir)
     for name in LOG_FILES:
-        if name in logs:
-            atomic_write_bytes(run_dir / name, logs[name].encode())
+        text = logs.get(name)
+        if name == "eval.jsonl" and keep_evals_at is not None and (run_dir / name).is_file():
+            seen = {r.get("iteration") for r in _parse_jsonl(text or "")}
+            extra = [r for r in read_jsonl(run_dir / name)
+                     if r.get("iteration") == keep_evals_at and keep_evals_at not in seen]
+            if extra:
+                text = (text or "") + "".join(json.dumps(r) + "\n" for r in extra[-1:])
+        if text is not None:
+            atomic_write_bytes(run_dir / name, text.encode())
         else:
             (run_dir / name).unlink(missing_ok=True)
+
+
+def _parse_jsonl(text: str) -> list[dict]:
+    import json
+
+    out = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
 
 
 def truncate_jsonl(path: str | Path, last_iteration: int) -> None:

@@ -28,9 +28,9 @@ from recast.trainer.persist import Persistent
 from recast.trainer.policy import Policy, old_decay
 from recast.trainer.replay import ReplayBuffer
 from recast.trainer.replay_step import replay_batch
-from recast.trainer.rundir import RunLock
+from recast.trainer.rundir import RunLock, check_run_dir, unlink_run_files
 from recast.trainer.step_credit import StepCredit, step_credit
-from recast.trainer.validate import RUN_FILES, RUN_MARKER, check_out_dir, check_run_dir, validate_config
+from recast.trainer.validate import RUN_MARKER, check_out_dir, validate_config
 
 __all__ = ["Trainer", "train", "NonFiniteLossError", "RewardError"]
 
@@ -41,15 +41,18 @@ class Trainer(Persistent):
     Args:
         cfg: the run's config.
         out_dir: run directory (config, metrics, checkpoint, grids).
-        resume: continue from `out_dir/checkpoint.pt` (config must match).
-        overwrite: start fresh even if `out_dir` already holds a run (its log files are cleared).
+        resume: True continues from `out_dir/checkpoint.pt` (the config must match); "auto" continues a compatible
+            run, returns a finished one as it is and starts an empty folder, refusing anything else (how notebooks
+            and sweeps rerun: a crashed job continues, a finished one is not retrained).
+        overwrite: start fresh even if `out_dir` already holds a run (its log files are cleared); with "auto", only
+            where the run there is incompatible.
 
     Raises:
         ValueError / FileNotFoundError / FileExistsError / PermissionError: bad input, caught before any compute
             (see `recast.trainer.validate`); `RunDirBusyError` when another live run holds `out_dir`.
     """
 
-    def __init__(self, cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False):
+    def __init__(self, cfg: TrainConfig, out_dir: str | Path, *, resume: bool | str = False, overwrite: bool = False):
         from accelerate import Accelerator
 
         self.spec = validate_config(cfg)  # the config is checked and resolved once; the rest trusts self.spec
@@ -58,15 +61,19 @@ class Trainer(Persistent):
         self.cfg = cfg
         if cfg.num_threads > 0:
             torch.set_num_threads(cfg.num_threads)
-        self.acc = Accelerator(cpu=cfg.device == "cpu", mixed_precision=cfg.mixed_precision,
+        # "auto" leaves the precision to accelerate (its config file or ACCELERATE_MIXED_PRECISION, else "no"); an
+        # explicit value wins. Either way the run marker records what was used.
+        self.acc = Accelerator(cpu=cfg.device == "cpu",
+                               mixed_precision=None if cfg.mixed_precision == "auto" else cfg.mixed_precision,
                                log_with=list(cfg.log_with) or None, project_dir=str(self.out))
         self.main = self.acc.is_main_process
         # One run per directory: the lock is held until `run` ends (or this object goes), and the directory is
         # judged only under it, so two runs started together cannot both pass the check and interleave their logs.
         self._lock = RunLock(self.out).acquire() if self.main else None
         try:
-            check_run_dir(self.out, cfg, resume=resume, overwrite=overwrite, spec=self.spec)
-            self._build(resume)
+            self.mode = check_run_dir(self.out, cfg, resume=resume, overwrite=overwrite, spec=self.spec)
+            if self.mode != "finished":  # a finished run with the same config: nothing to build or train
+                self._build(self.mode == "resume")
         except BaseException:
             self.release()
             raise
@@ -82,9 +89,7 @@ class Trainer(Persistent):
             raise ValueError(f"cannot load the world {cfg.world!r}: {first}") from None
         self.world = world.to(self.acc.device)
         # the base weights' fingerprint (before LoRA is added): a resume onto a changed base model is refused
-        self.world_fingerprint = ckpt.weights_fingerprint(
-            {id(m): m for m in (getattr(self.world, "transformer", None), getattr(self.world, "text_encoder", None))
-             if isinstance(m, torch.nn.Module)}.values())
+        self.world_fingerprint = ckpt.world_fingerprint(self.world)
         self.world.freeze()
         self.policy = Policy(self.world.transformer, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
                              seed=cfg.seed, keep_ref=cfg.kl_beta > 0)
@@ -92,6 +97,8 @@ class Trainer(Persistent):
                                 weight_decay=cfg.weight_decay)
         self.model, self.optimizer = self.acc.prepare(self.world.transformer, opt)
         self.rewards = [self.world.reward(n, self.acc.device) for n in self.reward_names]
+        if hasattr(self.world, "load_judges"):  # a missing judge fails here, not at the first evaluation
+            self.world.load_judges(self.acc.device)
         if self.main and self.acc.num_processes > 1:
             print(f"batch plan: {process_plan(cfg, self.acc.num_processes)}", flush=True)
         self.K, self.T = len(self.reward_names), cfg.num_steps
@@ -125,16 +132,11 @@ class Trainer(Persistent):
         if resume:
             self._resume()
         elif self.main:
-            for name in RUN_FILES:
-                target = self.out / name
-                if target.is_dir():
-                    for png in target.glob("*.png"):  # the old run's grids must not sit beside the new ones
-                        png.unlink()
-                elif name != "config.json":
-                    target.unlink(missing_ok=True)
+            unlink_run_files(self.out)
             write_json(self.out / "config.json", {**cfg.to_dict(), RUN_MARKER: {
                 "format": "recast-run/1", "reward_names": list(self.reward_names), "lam": self.lam.tolist(),
-                "sigmas": self.sigmas.tolist(), "world_fingerprint": self.world_fingerprint}})
+                "sigmas": self.sigmas.tolist(), "world_fingerprint": self.world_fingerprint,
+                "mixed_precision": str(self.acc.mixed_precision), "world_settings": self.spec.world_settings}})
         if cfg.log_with:
             self.acc.init_trackers("recast", config={k: str(v) for k, v in cfg.to_dict().items()})
 
@@ -162,7 +164,8 @@ class Trainer(Persistent):
     def _load_world(self):
         from recast.world import load_world
 
-        return load_world(self.spec.world, seed=self.cfg.seed)  # seed: random worlds ("tiny")
+        kwargs = {"settings": self.spec.settings} if self.spec.settings is not None else {}
+        return load_world(self.spec.world, seed=self.cfg.seed, **kwargs)  # seed: random worlds ("tiny")
 
     # ------------------------------------------------------------------ one iteration
     def rollout(self) -> Rollouts:
@@ -345,6 +348,9 @@ class Trainer(Persistent):
         from tqdm.auto import tqdm
 
         cfg = self.cfg
+        if self.mode == "finished":
+            self.release()
+            return load_run(self.out)
         try:
             if self.iteration == 0 and cfg.eval_every > 0:
                 self.evaluate()
@@ -368,8 +374,12 @@ class Trainer(Persistent):
             self.release()
 
 
-def train(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False):
+def train(cfg: TrainConfig, out_dir: str | Path, *, resume: bool | str = False, overwrite: bool = False):
     """Run (or resume) a training run; returns the parsed run directory (`recast.trainer.metrics.Run`).
+
+    ``resume="auto"`` is the rerun-safe mode of notebooks and sweeps: a compatible run continues bit-exactly, a
+    finished one is returned untouched, an incompatible one is refused naming what differs, and nothing is deleted
+    unless ``overwrite`` (see `Trainer`).
 
     Raises:
         ValueError / FileNotFoundError / FileExistsError / PermissionError: bad input, before any compute

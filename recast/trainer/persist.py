@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from recast.io import append_jsonl, read_json, read_jsonl
+from recast.io import append_jsonl, read_json, read_jsonl, write_json
 import recast.trainer.checkpoint as ckpt
+from recast.trainer.adapters import write_adapters
 from recast.trainer.backends import NonFiniteLossError
 from recast.trainer.evaluation import evaluate as evaluate_policy
 from recast.trainer.validate import RUN_MARKER
@@ -55,6 +56,8 @@ class Persistent:
                                      "Lower lr or nft_beta, or enable grad_clip.")
         ckpt.save_checkpoint(self.out, {**state, "world_fingerprint": self.world_fingerprint,
                                         "logs": ckpt.capture_logs(self.out)})
+        # the adapter a user takes away, raw and EMA, in diffusers' LoRA format (recast.trainer.adapters)
+        write_adapters(state["policy"], self.cfg.lora_rank, self.cfg.lora_alpha, self.out)
 
     def _resume(self) -> None:
         state = ckpt.load_checkpoint(self.out)
@@ -70,6 +73,9 @@ class Persistent:
                              "a new --out")
         if list(state["reward_names"]) != list(self.reward_names):
             raise ValueError(f"checkpoint rewards {state['reward_names']} differ from {list(self.reward_names)}")
+        if int(state["iteration"]) > self.cfg.iterations:
+            raise ValueError(f"cannot resume {self.out} to iterations={self.cfg.iterations}: its checkpoint is already "
+                             f"at iteration {int(state['iteration'])}; ask for at least that many (--iterations)")
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         ckpt.restore_rng(state["rng"], self._generators())
@@ -82,10 +88,16 @@ class Persistent:
         self.iteration = int(state["iteration"])
         if self.main:
             if "logs" in state:
-                ckpt.restore_logs(self.out, state["logs"])
+                ckpt.restore_logs(self.out, state["logs"], keep_evals_at=self.iteration)
             else:  # a checkpoint written without its logs: keep what the files hold up to its iteration
                 for name in ckpt.LOG_FILES:
                     ckpt.truncate_jsonl(self.out / name, self.iteration)
+            # the fields a resume may change (more iterations, another schedule) become the run's own, so a finished
+            # extension reads as finished and config.json says what the run now is
+            saved = read_json(self.out / "config.json")
+            now = self.cfg.to_dict()
+            if any(saved.get(k) != now[k] for k in ckpt.RESUMABLE_FIELDS):
+                write_json(self.out / "config.json", {**saved, **{k: now[k] for k in ckpt.RESUMABLE_FIELDS}})
 
     def _legacy_credit(self, state: dict) -> dict:
         """The credit state of a checkpoint written before `recast.credit` (W, D and the tracker at the top level)."""

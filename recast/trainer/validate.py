@@ -18,16 +18,13 @@ from recast.config import (BACKENDS, METHODS, NFT_NORMS, REPLAY_PRIORITIES, SDE_
 from recast.io import check_safetensors, read_json
 from recast.solver import min_temperature
 from recast.advantages import normalise_budgets, validate_W
-from recast.trainer.checkpoint import CHECKPOINT, LOG_FILES, RESOLVED_FIELDS, check_resume_config
-from recast.world import world_info
+from recast.trainer.rundir import RUN_FILES, RUN_MARKER, check_out_dir, check_run_dir, is_recast_run
+from recast.world import world_info, world_settings
 
 __all__ = ["RUN_FILES", "RUN_MARKER", "RunSpec", "validate", "validate_config", "check_out_dir", "check_run_dir", "is_recast_run",
            "check_safetensors"]
 
-# Everything a run writes: any of these in a folder means "this folder holds something".
-RUN_FILES = ("config.json", *LOG_FILES, CHECKPOINT, "grids")
-RUN_MARKER = "_run"  # config.json of a recast run holds this key (reward names, budgets, grid, world fingerprint)
-MIXED_PRECISION = ("no", "fp16", "bf16")
+MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
 SEED_LIMIT = 2**32  # numpy's and torch's seeds; the trainer derives generator seeds from it
 
 
@@ -41,7 +38,8 @@ def _ranges(cfg: TrainConfig) -> list[tuple[str, bool]]:
     return [("nft_beta > 0", cfg.nft_beta > 0), ("adv_clip_max > 0", cfg.adv_clip_max > 0),
             ("kl_beta >= 0", cfg.kl_beta >= 0), ("0 <= ema_decay < 1", 0 <= cfg.ema_decay < 1),
             ("0 <= old_decay_max < 1", 0 <= cfg.old_decay_max < 1), ("old_decay_rate >= 0", cfg.old_decay_rate >= 0),
-            ("lr > 0", cfg.lr > 0), ("grad_accum >= 1", cfg.grad_accum >= 1),
+            ("0 < lr <= 1 (an AdamW step larger than the weights themselves diverges at once)", 0 < cfg.lr <= 1),
+            ("grad_accum >= 1", cfg.grad_accum >= 1),
             ("recast_every >= 1", cfg.recast_every >= 1), ("temperature > 0", cfg.temperature > 0),
             ("floor > 0", cfg.floor > 0), ("0 <= uniform_mix <= 1", 0 <= cfg.uniform_mix <= 1),
             ("alpha > 0", cfg.alpha > 0), ("0 <= tracker_ema < 1", 0 <= cfg.tracker_ema < 1),
@@ -85,11 +83,16 @@ class RunSpec:
         world: the world spec (`recast.config.resolve_world`), e.g. "digits:/abs/data/digit_base".
         reward_names: the K training rewards.
         lam: the budgets normalised to Σλ = 1, float64 (K,).
+        settings: the world's own settings object resolved from ``world_settings`` and the setting (SD3:
+            `SD3Settings`), or None for a world without settings.
+        world_settings: those settings as plain data (what config.json's run marker records).
     """
 
     world: str
     reward_names: tuple[str, ...]
     lam: torch.Tensor
+    settings: object = None
+    world_settings: dict | None = None
 
 
 def validate_config(cfg: TrainConfig) -> RunSpec:
@@ -137,7 +140,8 @@ def validate_config(cfg: TrainConfig) -> RunSpec:
                                            f"{smallest:.3g}")
     _check_replay(cfg)
     _check_device(cfg.device)
-    return RunSpec(world, names, lam)
+    settings, plain = world_settings(world, cfg.setting, cfg.world_settings, rewards=names)
+    return RunSpec(world, names, lam, settings, plain)
 
 
 def _check_replay(cfg: TrainConfig) -> None:
@@ -163,82 +167,7 @@ def _check_replay(cfg: TrainConfig) -> None:
                                     f"size {cfg.B}); raise replay_capacity")
 
 
-def check_out_dir(out_dir: str | os.PathLike) -> Path:
-    """Create the run directory if needed and check that it is writable; returns it as a Path.
-
-    Raises:
-        ValueError: an empty path (it would mean the current folder).
-        PermissionError: the folder cannot be created or written.
-    """
-    _need(str(out_dir).strip() != "", "--out / out_dir is empty: give the run directory a name, e.g. runs/x")
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        raise PermissionError(f"out_dir {out} is not writable ({err.strerror}); choose another --out") from None
-    return out
-
-
-def is_recast_run(out_dir: str | os.PathLike) -> bool:
-    """Whether `out_dir/config.json` is a recast run's config (a JSON object with the `_run` marker)."""
-    path = Path(out_dir) / "config.json"
-    try:
-        cfg = read_json(path)
-    except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and isinstance(cfg.get(RUN_MARKER), dict)
-
-
-def check_run_dir(out: Path, cfg: TrainConfig, *, resume: bool, overwrite: bool, spec: RunSpec | None = None) -> None:
-    """Check what the run directory holds against what was asked for (resume, overwrite or a fresh start).
-
-    Args:
-        spec: the config's `RunSpec`. With it, a resume compares the reward names and normalised budgets the config
-            resolves to with those the run trained with (its config.json's run marker) instead of the raw
-            ``setting``, ``rewards`` and ``lam`` fields, so a run made before a setting's defaults changed resumes
-            when they are named (``--lam``, ``--rewards``). Without it every field is compared as written.
-
-    Raises:
-        FileNotFoundError: resume without a checkpoint or config.json.
-        FileExistsError: a fresh start in a folder that holds a run, or files a run would overwrite.
-        ValueError: resume with a config that differs from config.json, or resolves to other rewards or budgets
-            than the run trained with, or a config.json that is not a run's.
-    """
-    if resume:
-        if not (out / CHECKPOINT).is_file():
-            raise FileNotFoundError(f"cannot resume: no checkpoint at {out / CHECKPOINT}")
-        check_resume_config(out, cfg.to_dict(), resolved=RESOLVED_FIELDS if spec is not None else ())
-        _need(is_recast_run(out), f"cannot resume: {out / 'config.json'} is not a recast run's config")
-        if spec is not None:
-            _check_resolved(out, cfg, spec)
-        return
-    present = [f for f in RUN_FILES if (out / f).exists()]
-    if present and not overwrite:
-        if is_recast_run(out):
-            raise FileExistsError(f"{out} already holds a run: pass resume=True (--resume) to continue it or "
-                                  "overwrite=True (--overwrite) to start over")
-        raise FileExistsError(f"{out} holds {', '.join(present)} but is not a recast run directory; refusing to "
-                              "overwrite another tool's files: choose another --out (or pass --overwrite)")
-
-
-def _check_resolved(out: Path, cfg: TrainConfig, spec: RunSpec) -> None:
-    """The reward names and budgets of a run's marker against those its config resolves to now."""
-    marker = read_json(out / "config.json")[RUN_MARKER]
-    names, lam = tuple(marker.get("reward_names", spec.reward_names)), marker.get("lam")
-    _need(names == spec.reward_names,
-          f"cannot resume {out}: it trained the rewards {list(names)}, but the config now resolves to "
-          f"{list(spec.reward_names)} (setting {cfg.setting!r}); resume with --rewards {','.join(names)}")
-    same = lam is None or (len(lam) == len(spec.lam) and torch.allclose(
-        torch.tensor(lam, dtype=torch.float64), spec.lam, rtol=0, atol=1e-12))
-    _need(same, f"cannot resume {out}: it trained the budgets {lam}, but the config now resolves to "
-                f"{[round(x, 6) for x in spec.lam.tolist()]} (the setting's default budgets changed?); resume with "
-                f"--lam {','.join(f'{x:g}' for x in (lam or []))}")
-
-
-def validate(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False) -> RunSpec:
+def validate(cfg: TrainConfig, out_dir: str | Path, *, resume: bool | str = False, overwrite: bool = False) -> RunSpec:
     """Check a config and its run directory; returns the config's `RunSpec`.
 
     Raises:

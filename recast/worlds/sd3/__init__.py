@@ -8,6 +8,7 @@ Submodules: `world` (loading, text cache, VAE, CFG), `lora` (adapters, old-polic
 `vlm_judge` (pairwise LLM-as-a-judge).
 """
 
-from recast.worlds.sd3.world import SD3Settings, SD3World, load_sd3_world
+from recast.worlds.sd3.settings import SD3Settings
+from recast.worlds.sd3.world import SD3World, load_sd3_world
 
 __all__ = ["SD3Settings", "SD3World", "load_sd3_world"]

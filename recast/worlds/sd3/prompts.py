@@ -50,12 +50,21 @@ class GenEvalItem:
     exclude: tuple[ObjectSpec, ...] = ()
 
 
+def _read_text(path: Path) -> str:
+    """A prompt file's text: UTF-8, a byte-order mark dropped; anything else refused naming the file and byte."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"prompt file {path} is not UTF-8 text ({err.reason} at byte {err.start}); save it as "
+                         "UTF-8") from None
+
+
 def load_prompt_file(path: str | Path) -> list[str]:
     """Prompts of a plain-text file (see module docstring). Raises FileNotFoundError / ValueError (empty file)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"prompt file {path} not found")
-    prompts = [s.strip() for s in path.read_text(encoding="utf-8").splitlines()]
+    prompts = [s.strip() for s in _read_text(path).splitlines()]
     prompts = [s for s in prompts if s and not s.startswith("#")]
     if not prompts:
         raise ValueError(f"prompt file {path} holds no prompts")
@@ -89,14 +98,17 @@ def load_geneval_metadata(path: str | Path) -> list[GenEvalItem]:
     if not path.is_file():
         raise FileNotFoundError(f"GenEval metadata {path} not found")
     items = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for i, line in enumerate(_read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{i}"
         try:
             d = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{where}: not JSON ({e.msg})") from e
+            raise ValueError(f"{where}: not JSON ({e.msg})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: each line must be a JSON object with 'prompt' and 'include', got a "
+                             f"{type(d).__name__}")
         if not isinstance(d.get("prompt"), str) or not isinstance(d.get("include"), list) or not d["include"]:
             raise ValueError(f"{where}: needs a 'prompt' string and a non-empty 'include' list")
         include = tuple(_object(o, where, len(d["include"])) for o in d["include"])

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 __all__ = ["TINY_RESOLUTION", "CLIP_BOS", "CLIP_EOS", "clip_tokenizer", "build_tiny_pipeline", "save_tiny_pipeline",
+           "save_tiny_rewards",
            "tiny_sd3_world"]
 
 TINY_RESOLUTION = 32  # pixels per side; the tiny VAE downsamples by 2 -> 16x16 latents, 8x8 tokens at patch 2
@@ -92,8 +93,49 @@ def save_tiny_pipeline(path: str | Path, seed: int = 0) -> Path:
 
 def tiny_sd3_world(arg: str | None = None, *, seed: int = 0, **kwargs):
     """The "sd3-tiny" spec: an `SD3World` over the tiny pipeline, kept in memory (nothing written)."""
-    from recast.worlds.sd3.world import SD3Settings, SD3World
+    from recast.worlds.sd3.settings import resolve_tiny_settings
+    from recast.worlds.sd3.world import SD3World
 
-    settings = kwargs.pop("settings", SD3Settings(resolution=TINY_RESOLUTION, max_sequence_length=_CLIP_LEN,
-                                                  dtype="float32"))
+    settings = kwargs.pop("settings", None) or resolve_tiny_settings(arg, "composition", {})[0]
     return SD3World(build_tiny_pipeline(int(arg) if arg else seed), settings, **kwargs)
+
+
+def save_tiny_rewards(root: str | Path, seed: int = 0) -> Path:
+    """Tiny random reward models for every model-based SD3 reward (pickscore, clipscore, hpsv2, aesthetic,
+    imagereward, geneval), saved under `root` as the real ones are (docs/paper-scale.md), offline: so a paper-scale
+    command runs end to end on CPU with the tiny pipeline (a smoke test, not a measurement). ocr needs no weights."""
+    from safetensors.torch import save_file
+    from transformers import (BlipConfig, BlipForImageTextRetrieval, BlipImageProcessor, CLIPConfig,
+                              CLIPImageProcessor, CLIPModel, CLIPProcessor, OwlViTConfig, OwlViTForObjectDetection,
+                              OwlViTImageProcessor, OwlViTProcessor)
+
+    from recast.worlds.sd3.rewards.clip import AestheticMLP
+
+    root, tok = Path(root), clip_tokenizer()
+    text = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                max_position_embeddings=_CLIP_LEN, bos_token_id=CLIP_BOS, eos_token_id=CLIP_EOS, pad_token_id=CLIP_EOS,
+                vocab_size=len(tok))
+    vision = dict(image_size=32, patch_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                  num_attention_heads=2)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        clip = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=8))
+        proc = CLIPProcessor(image_processor=CLIPImageProcessor(size={"shortest_edge": 32},
+                                                                crop_size={"height": 32, "width": 32}), tokenizer=tok)
+        for name in ("pickscore", "clipscore", "hpsv2", "aesthetic"):
+            clip.save_pretrained(root / name)
+            proc.save_pretrained(root / name)
+        save_file(AestheticMLP(8).state_dict(), root / "aesthetic" / "aesthetic_mlp.safetensors")
+        blip = BlipForImageTextRetrieval(BlipConfig(
+            text_config={**text, "max_position_embeddings": 40, "encoder_hidden_size": 16}, vision_config=vision,
+            projection_dim=8, image_text_hidden_size=8))
+        blip.save_pretrained(root / "imagereward")
+        BlipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(root / "imagereward")
+        tok.save_pretrained(root / "imagereward")
+        save_file(AestheticMLP(16).state_dict(), root / "imagereward" / "imagereward_mlp.safetensors")
+        owl = OwlViTForObjectDetection(OwlViTConfig(text_config=text, vision_config=vision, projection_dim=16))
+        owl.save_pretrained(root / "geneval")
+        OwlViTProcessor(image_processor=OwlViTImageProcessor(size={"height": 32, "width": 32},
+                                                             crop_size={"height": 32, "width": 32}),
+                        tokenizer=tok).save_pretrained(root / "geneval")
+    return root

@@ -12,49 +12,15 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from recast.sampling import PromptEmbeds
-from recast.config import DATA_ROOT
+from recast.worlds.sd3.settings import DTYPES, SD3Settings
 
 __all__ = ["SD3Settings", "SD3World", "GuidedTransformer", "load_sd3_world", "sd3_info", "DTYPES"]
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DATA_PROMPTS = DATA_ROOT / "prompts"
-
-
-@dataclass(frozen=True)
-class SD3Settings:
-    """How an SD3 world loads and runs (every field has a default fit for SD3.5-Medium at 512 px)."""
-
-    resolution: int = 512  # image side in pixels; latents are resolution / 8 per side for SD3
-    num_steps: int = 10  # sampling steps a caller should use (DiffusionNFT: 10)
-    shift: float = 3.0  # SD3.5's time shift of the sigma grid
-    guidance_scale: float = 1.0  # classifier-free guidance; 1.0 = CFG-free rollouts (DiffusionNFT's default)
-    negative_prompt: str = ""  # unconditional prompt for CFG
-    max_sequence_length: int = 256  # T5 tokens per prompt
-    dtype: str = "bfloat16"  # transformer and text encoders: bfloat16 | float16 | float32
-    vae_dtype: str = "float32"  # VAE (decoding in fp16 overflows on SD3's VAE; fp32 is safe)
-    drop_t5: bool = False  # load without the 4.7B T5 encoder (zeros in its place; saves ~9 GB in bf16)
-    gradient_checkpointing: bool = False  # trade compute for activation memory in the transformer
-    # split -> prompt file (.txt or GenEval-style .jsonl)
-    prompt_files: dict = field(default_factory=lambda: {"train": str(DATA_PROMPTS / "compose_train.jsonl"),
-                                                        "test": str(DATA_PROMPTS / "compose_test.jsonl")})
-    reward_root: str = "reward_ckpts"  # folder holding one subfolder per reward model (see rewards/README)
-    judges: tuple[str, ...] = ()  # held-out rewards reported by `evaluate` (never trained on)
-    decode_batch: int = 8  # images per VAE decode pass (a 512 px fp32 decode of many images at once is GBs)
-
-    def __post_init__(self):
-        for name in ("dtype", "vae_dtype"):
-            if getattr(self, name) not in DTYPES:
-                raise ValueError(f"SD3Settings.{name}={getattr(self, name)!r}; valid: {', '.join(DTYPES)}")
-        if self.resolution <= 0 or self.num_steps < 1 or self.guidance_scale < 1.0 or self.decode_batch < 1:
-            raise ValueError(f"SD3Settings needs resolution > 0, num_steps >= 1, guidance_scale >= 1, "
-                             f"decode_batch >= 1; got {self.resolution=}, {self.num_steps=}, "
-                             f"{self.guidance_scale=}, {self.decode_batch=}")
 
 
 class GuidedTransformer:
@@ -178,6 +144,13 @@ class SD3World:
 
         return rewards.get(name)(device, root=self.settings.reward_root)
 
+    def load_judges(self, device: str | torch.device) -> None:
+        """Load every held-out judge now (the trainer calls this before training, so a judge whose weights are
+        missing stops the run before any compute instead of at its first evaluation)."""
+        for name in self.settings.judges:
+            if name not in self._judges:
+                self._judges[name] = self.reward(name, device)
+
     def evaluate(self, images: torch.Tensor, prompts: list[str], *, seed: int = 0) -> dict[str, float]:
         """Mean of each held-out judge in `settings.judges`, and the within-prompt pixel diversity."""
         from recast.worlds.sd3.rewards import group_diversity
@@ -189,6 +162,33 @@ class SD3World:
         if len(set(prompts)) < len(prompts):
             out["diversity"] = float(group_diversity(images, prompts))
         return out
+
+    @property
+    def pairwise_available(self) -> bool:
+        """Whether a pairwise judge is configured (``settings.vlm_judge``): `prefer` needs one."""
+        return bool(self.settings.vlm_judge)
+
+    def prefer(self, a_images: torch.Tensor, b_images: torch.Tensor, prompts: list[str]) -> list[int | None]:
+        """The pairwise VLM judge's verdict per prompt: +1 (A better), -1 (B better), 0 (tie), None (abstained).
+
+        Raises:
+            TypeError: no ``vlm_judge`` is configured in the world settings.
+        """
+        if not self.pairwise_available:
+            raise TypeError("no pairwise judge: set world_settings.vlm_judge (an OpenAI-compatible endpoint and model, "
+                            "or local weights)")
+        if "vlm" not in self._judges:
+            from recast.worlds.sd3.vlm_judge import OpenAIChatBackend, PairwiseVLMJudge, TransformersBackend
+
+            cfg = dict(self.settings.vlm_judge)
+            if "weights" in cfg:
+                backend = TransformersBackend(cfg["weights"], device=self.device)
+            else:
+                backend = OpenAIChatBackend(cfg["endpoint"], cfg["model"], api_key_env=cfg.get("api_key_env"),
+                                            timeout=float(cfg.get("timeout", 60.0)),
+                                            max_retries=int(cfg.get("retries", 3)))
+            self._judges["vlm"] = PairwiseVLMJudge(backend)
+        return [v.verdict for v in self._judges["vlm"].judge(a_images, b_images, prompts)]
 
     # ---------------------------------------------------------------- SD3 extras
     def offload_text_encoders(self, device: str | torch.device = "cpu") -> None:
@@ -210,6 +210,22 @@ def _not_a_pipeline(path: Path) -> FileNotFoundError:
     return FileNotFoundError(f"{path} is not a diffusers pipeline folder (no model_index.json); save one with "
                              "`StableDiffusion3Pipeline.save_pretrained` or `huggingface-cli download "
                              "stabilityai/stable-diffusion-3.5-medium --local-dir DIR`")
+
+
+def _check_components(path: Path, settings: SD3Settings) -> None:
+    """Every component folder that model_index.json lists is there (a missing vae/ is named, not a config error)."""
+    import json
+
+    try:
+        index = json.loads((path / "model_index.json").read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path / 'model_index.json'} is not readable JSON ({err})") from None
+    skip = {"text_encoder_3", "tokenizer_3"} if settings.drop_t5 else set()
+    missing = [name for name, spec in index.items() if not name.startswith("_") and isinstance(spec, list)
+               and spec[0] is not None and name not in skip and not (path / name).is_dir()]
+    if missing:
+        raise FileNotFoundError(f"{path} lists {', '.join(missing)} in model_index.json but has no such folder; "
+                                "copy the complete pipeline folder (or drop_t5 for a folder without the T5 encoder)")
 
 
 def sd3_info(arg: str | None = None):
@@ -244,9 +260,14 @@ def load_sd3_world(arg: str, *, settings: SD3Settings = SD3Settings(), allow_dow
 
     if allow_download is None:
         allow_download = os.environ.get("RECAST_ALLOW_DOWNLOAD") == "1"
+    if not allow_download:  # no lookup over HTTPS at all, not even for a cached hub id
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     path = Path(arg)
     if path.exists() and not (path / "model_index.json").is_file():
         raise _not_a_pipeline(path)
+    if path.exists():
+        _check_components(path, settings)
     extra = {"text_encoder_3": None, "tokenizer_3": None} if settings.drop_t5 else {}
     try:
         with warnings.catch_warnings():  # diffusers >= 0.36 renames torch_dtype to dtype; older ones know only this

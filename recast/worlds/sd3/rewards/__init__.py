@@ -52,6 +52,39 @@ def jpeg_compressibility(device="cpu", *, root=None, weights_dir=None, quality: 
     return reward
 
 
+def colour_entropy(device="cpu", *, root=None, weights_dir=None, bins: int = 8):
+    """Entropy (nats) of each image's colours on a bins³ RGB histogram: a model-free held-out measure of reward
+    hacking (a policy that collapses onto a few flat colours lowers it; noise raises it). Range [0, 3 log bins]."""
+    device = torch.device(device)
+
+    def reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        check_batch(images, prompts)
+        q = (images.detach().float().clamp(0, 1) * (bins - 1e-6)).long().cpu()
+        codes = (q[:, 0] * bins + q[:, 1]) * bins + q[:, 2]
+        out = []
+        for c in codes.flatten(1):
+            p = torch.bincount(c, minlength=bins ** 3).double() / c.numel()
+            p = p[p > 0]
+            out.append(float(-(p * p.log()).sum()))
+        return torch.tensor(out, dtype=torch.float32, device=device)
+
+    return reward
+
+
+def dark_fraction(device="cpu", *, root=None, weights_dir=None, level: float = 0.05):
+    """Share of each image's pixels whose luminance is below `level`: a model-free held-out measure of the darkening
+    that preference rewards are known to be hacked by (lower is healthier). Range [0, 1]."""
+    device = torch.device(device)
+
+    def reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        check_batch(images, prompts)
+        x = images.detach().float().clamp(0, 1)
+        lum = 0.2126 * x[:, 0] + 0.7152 * x[:, 1] + 0.0722 * x[:, 2]
+        return (lum < level).float().flatten(1).mean(1).to(device)
+
+    return reward
+
+
 def _lazy(module: str, attr: str) -> Callable[..., RewardFn]:
     def factory(device="cpu", **kw):
         import importlib
@@ -71,6 +104,8 @@ _REGISTRY: dict[str, Callable[..., RewardFn]] = {
     "ocr": _lazy("ocr", "ocr"),
     "geneval": _lazy("geneval", "geneval"),
     "jpeg": jpeg_compressibility,
+    "colour_entropy": colour_entropy,
+    "dark_fraction": dark_fraction,
 }
 
 

@@ -69,6 +69,7 @@ class OwlDetector:
     def __call__(self, images: torch.Tensor, labels: list[list[str]]) -> list[list[Detection]]:
         queries = [[f"a photo of a {c}" for c in ls] for ls in labels]
         inputs = self.processor(text=queries, images=[im.float().cpu() for im in images], return_tensors="pt",
+                                truncation=True,  # a query longer than the text tower is cut, not an error
                                 do_rescale=False, input_data_format="channels_first").to(self.device)
         outputs = self.model(**inputs)
         sizes = torch.tensor([im.shape[-2:] for im in images])
@@ -138,7 +139,7 @@ def geneval(device="cpu", *, root=None, weights_dir=None, metadata: str | Path |
         detector: a `Detector`; default `OwlDetector(weights_dir or root/geneval)`.
         strict: 1 only when every clause holds (GenEval's metric), else the fraction of clauses.
     """
-    from recast.worlds.sd3.world import DATA_PROMPTS
+    from recast.worlds.sd3.settings import DATA_PROMPTS
 
     if metadata is None:
         items = [i for f in ("compose_train.jsonl", "compose_test.jsonl")
