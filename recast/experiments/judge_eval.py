@@ -40,7 +40,7 @@ class LoadedPolicy:
     which: str
 
 
-def load_policy(run_dir: str | Path, which: str = "ema") -> LoadedPolicy:
+def load_policy(run_dir: str | Path, which: str = "ema", world_settings: dict | None = None) -> LoadedPolicy:
     """Load a finished run's world and policy from its config.json and checkpoint.pt.
 
     The policy always holds everything the checkpoint saved; `which` picks what `sample_policy` samples:
@@ -65,7 +65,7 @@ def load_policy(run_dir: str | Path, which: str = "ema") -> LoadedPolicy:
     from recast.sampling import sigma_schedule
     from recast.trainer.checkpoint import load_checkpoint, world_fingerprint
     from recast.trainer.policy import Policy
-    from recast.world import load_world, world_settings
+    from recast.world import load_world, world_settings as resolve_settings
 
     if which not in ("ema", "params", "base"):
         raise ValueError(f"which must be 'ema', 'params' or 'base', got {which!r}")
@@ -79,7 +79,8 @@ def load_policy(run_dir: str | Path, which: str = "ema") -> LoadedPolicy:
         raise ValueError(f"{run_dir} is a full fine-tuning run: its base weights are not kept; load the world instead")
     state = load_checkpoint(run_dir)
     spec = resolve_world(cfg.world)
-    settings, _ = world_settings(spec, cfg.setting, cfg.world_settings)  # as the trainer loaded it
+    # as the trainer loaded it; `world_settings` adds evaluation-only settings (e.g. SD3's vlm_judge) over the run's
+    settings, _ = resolve_settings(spec, cfg.setting, {**cfg.world_settings, **(world_settings or {})})
     world = load_world(spec, seed=cfg.seed, **({"settings": settings} if settings is not None else {}))
     recorded = {"config.json": marker.get("world_fingerprint") if isinstance(marker, dict) else None,
                 "checkpoint.pt": state.get("world_fingerprint")}
@@ -191,7 +192,7 @@ def draw_seeds(noise_seed: int, seed: int, draws: int = 1, per_seed: bool = Fals
 
 def evaluate_sweep(runs: list, *, method: str = "recast", num_prompts: int = 64, noise_seed: int = 0,
                    draws: int = 1, per_seed: bool = False, grid_size: int = 8,
-                   confidence: float = 0.95) -> JudgeEval:
+                   confidence: float = 0.95, world_settings: dict | None = None) -> JudgeEval:
     """Pairwise-judge and held-out-judge evaluation of every cell of a finished sweep (`recast.experiments.sweep.SweepRun`s).
 
     In each cell and seed, the base model, `method` and every other method are sampled on the same test prompts with
@@ -220,11 +221,12 @@ def evaluate_sweep(runs: list, *, method: str = "recast", num_prompts: int = 64,
         verdicts = {b: {} for b in methods[1:]}  # baseline -> seed -> verdicts
         for seed in sorted({r.seed for r in in_cell}):
             by_method = {r.method: r for r in in_cell if r.seed == seed}
-            base = load_policy(by_method[method].out_dir, which="base")
+            base = load_policy(by_method[method].out_dir, which="base", world_settings=world_settings)
             pool = base.world.prompts("test")
             prompts = [pool[i % len(pool)] for i in range(num_prompts)]
             noise = seeds_of[int(seed)]
-            policies = {"base": base, **{m: load_policy(r.out_dir) for m, r in by_method.items()}}
+            policies = {"base": base, **{m: load_policy(r.out_dir, world_settings=world_settings)
+                                         for m, r in by_method.items()}}
             images = {name: torch.cat([sample_policy(p, prompts, seed=ns) for ns in noise])
                       for name, p in policies.items()}
             pooled = prompts * len(noise)

@@ -13,6 +13,7 @@ row (`SweepRun.command`), with `num_threads=1` pinned so that rerunning it repro
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import os
 import shlex
 import signal
@@ -95,7 +96,8 @@ class SweepRun:
 def plan_sweep(*, world: str = "data/digit_base", settings: tuple[str, ...] = ("compose", "quality"),
                budgets: tuple[str, ...] = (), methods: tuple[str, ...] = ("recast", "uniform", "reward_sum"),
                seeds: tuple[int, ...] = (0, 1, 2), preset: str = "cpu", iterations: int | None = None,
-               sets: dict[str, object] | None = None, out_root: str | os.PathLike = "runs/sweep") -> list[SweepRun]:
+               sets: dict[str, object] | None = None, out_root: str | os.PathLike = "runs/sweep",
+               config: str | None = None) -> list[SweepRun]:
     """Every run of a sweep, in a fixed order, each at the same sample budget (the preset's, or `iterations`).
 
     Args:
@@ -108,6 +110,8 @@ def plan_sweep(*, world: str = "data/digit_base", settings: tuple[str, ...] = ("
         sets: extra `--set FIELD=VALUE` overrides shared by every run. A ``rewards`` entry (comma-separated names, or
             a sequence) replaces the setting's rewards, and the budget grid is built over that list instead.
         out_root: runs go to ``out_root/<setting>/<budget>/<method>/seed_<s>``.
+        config: config files (``--config a.yaml,b.yaml``) every run layers over the preset; a ``rewards`` list in
+            them replaces the setting's rewards for the budget grid, as ``sets`` does.
 
     Raises:
         ValueError: an unknown setting or budget name, an unknown method, no seeds, or duplicate seeds.
@@ -123,8 +127,14 @@ def plan_sweep(*, world: str = "data/digit_base", settings: tuple[str, ...] = ("
     extra = {"num_threads": 1, **(sets or {})}
     runs = []
     rewards = extra.get("rewards")
+    if config and rewards is None:
+        from recast.configfile import load_config_files
+
+        rewards = load_config_files(config).get("rewards") or None
     if rewards is not None and not isinstance(rewards, str):
-        extra["rewards"] = rewards = ",".join(rewards)
+        rewards = ",".join(rewards)
+        if "rewards" in extra:
+            extra["rewards"] = rewards
     for setting in settings:
         grid = lambda_grid(world, setting)  # also checks the setting's name
         if rewards:
@@ -138,12 +148,13 @@ def plan_sweep(*, world: str = "data/digit_base", settings: tuple[str, ...] = ("
             for method in methods:
                 for seed in seeds:
                     out = Path(out_root) / setting / budget / method / f"seed_{seed}"
-                    args = ["--preset", preset, "--world", world, "--setting", setting, "--method", method,
-                            "--lam", ",".join(f"{x:g}" for x in lam), "--seed", str(seed), "--out", str(out)]
+                    args = ["--preset", preset, *(["--config", str(config)] if config else []), "--world", world,
+                            "--setting", setting, "--method", method, "--lam", ",".join(f"{x:g}" for x in lam),
+                            "--seed", str(seed), "--out", str(out)]
                     if iterations is not None:
                         args += ["--iterations", str(iterations)]
-                    for k, v in extra.items():
-                        args += ["--set", f"{k}={v}"]
+                    for k, v in extra.items():  # mappings and lists as JSON, which --set parses as YAML
+                        args += ["--set", f"{k}={json.dumps(v) if isinstance(v, (dict, list)) else v}"]
                     runs.append(SweepRun(setting, budget, lam, method, seed, out, tuple(args)))
     return runs
 

@@ -97,14 +97,23 @@ class SD3World:
     def encode_prompts(self, prompts: Sequence[str], batch_size: int = 64) -> PromptEmbeds:
         """SD3 conditioning (B, L, D) and (B, P) in the transformer's dtype, on its device (no gradients).
 
-        Each distinct prompt is encoded once and cached (on CPU); `batch_size` bounds one encoder pass. The text
-        encoders run wherever they are, so after encoding a fixed prompt set they can be moved off the GPU
+        Each distinct prompt is encoded once and cached (on CPU); `batch_size` bounds one encoder pass. A prompt of
+        a prompt split is encoded with its whole split, in file order, whatever was asked first; any other prompt on
+        its own. An encoder's output carries the rounding of the batch it ran in, so this keeps every prompt's
+        conditioning the same bits in a run and in its resumption, whatever each has cached. The text encoders run
+        wherever they are, so after encoding a fixed prompt set they can be moved off the GPU
         (`offload_text_encoders`).
         """
         prompts = list(prompts)
         missing = list(dict.fromkeys(p for p in prompts if p not in self._cache))
-        for i in range(0, len(missing), batch_size):
-            chunk = missing[i:i + batch_size]
+        batches = []
+        for split in self.settings.prompt_files:
+            if missing and any(p in set(self.prompts(split)) for p in missing):
+                todo = [p for p in dict.fromkeys(self.prompts(split)) if p not in self._cache]
+                batches += [todo[i:i + batch_size] for i in range(0, len(todo), batch_size)]
+                missing = [p for p in missing if p not in set(todo)]
+        batches += [[p] for p in missing]
+        for chunk in batches:
             hidden, _, pooled, _ = self.pipe.encode_prompt(
                 prompt=chunk, prompt_2=None, prompt_3=None, device=self.pipe.text_encoder.device,
                 do_classifier_free_guidance=False, max_sequence_length=self.settings.max_sequence_length)

@@ -75,8 +75,10 @@ class OwlDetector:
         sizes = torch.tensor([im.shape[-2:] for im in images])
         results = self.processor.post_process_grounded_object_detection(outputs, threshold=self.threshold,
                                                                         target_sizes=sizes)
+        # the processor pads every image's queries to the batch's longest list: a hit on a padding query is dropped
         return [[Detection(ls[int(k)], float(s), tuple(float(v) for v in b))
-                 for s, k, b in zip(r["scores"], r["labels"], r["boxes"])] for r, ls in zip(results, labels)]
+                 for s, k, b in zip(r["scores"], r["labels"], r["boxes"]) if int(k) < len(ls)]
+                for r, ls in zip(results, labels)]
 
 
 def nearest_color(image: torch.Tensor, box: tuple[float, float, float, float]) -> str:
