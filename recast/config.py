@@ -202,8 +202,21 @@ _PRESETS = {
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# The embedded world's weights, judges and prompts: one root, so an install outside the clone can point at a copy.
-DATA_ROOT = Path(os.environ["RECAST_DATA_ROOT"]) if os.environ.get("RECAST_DATA_ROOT") else REPO_ROOT / "data"
+# The embedded world's weights, judges and prompts, in one root: $RECAST_DATA_ROOT if set; in an installed wheel the
+# copy of data/ it ships as package data (recast/_data, setup.py); in a clone or an editable install, data/.
+_PACKAGED = Path(__file__).resolve().parent / "_data"
+DATA_ROOT = (Path(os.environ["RECAST_DATA_ROOT"]) if os.environ.get("RECAST_DATA_ROOT")
+             else _PACKAGED if (_PACKAGED / "digit_base").is_dir() else REPO_ROOT / "data")
+# "data/..." in a config (the presets' "data/digit_base") is looked up from the cwd, then under the data root
+_DATA_PREFIX = "data/"
+
+
+def _roots(path: str) -> list[Path]:
+    """Where a relative path missing from the cwd is looked for: the repo root, and for "data/..." the data root."""
+    out = [REPO_ROOT / path]
+    if path.startswith(_DATA_PREFIX):
+        out.append(DATA_ROOT / path[len(_DATA_PREFIX):])
+    return out
 
 
 def resolve_world(world: str) -> str:
@@ -220,10 +233,12 @@ def resolve_world(world: str) -> str:
 
     prefix, sep, arg = world.partition(":")
     if prefix in world_prefixes() or (sep and not Path(world).exists()) or not world.strip():
-        if prefix == "digits" and arg and not Path(arg).exists() and (REPO_ROOT / arg).exists():
-            return f"digits:{REPO_ROOT / arg}"
+        if prefix == "digits" and arg and not Path(arg).exists():
+            for root in _roots(arg):
+                if root.exists():
+                    return f"digits:{root}"
         return world  # recast.world.parse_spec names the valid prefixes if this one is unknown
-    for p in (Path(world), REPO_ROOT / world):
+    for p in (Path(world), *_roots(world)):
         if (p / "world.json").is_file():
             return f"digits:{p}"
     raise FileNotFoundError(f"no digit world at {world!r} (world.json missing) and not a world spec "

@@ -42,4 +42,5 @@ def evaluate(trainer, grid: bool = True) -> dict:
     rec.update(_judge_scores(trainer.world, images, prompts, cfg.seed + EVAL_SEED_OFFSET))
     if grid:
         write_grid(trainer.out / "grids" / f"iter_{trainer.iteration:05d}.png", images[:32])
+    trainer.last_eval_images = images[:16].detach().cpu()  # for the trackers (recast.trainer.tracking)
     return rec

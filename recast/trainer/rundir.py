@@ -214,6 +214,12 @@ def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=N
         _check_resume(out, cfg, spec)
         return "resume"
     present = [f for f in RUN_FILES if (out / f).exists() or (out / f).is_symlink()]
+    if present and not overwrite and is_recast_run(out) and not (out / CHECKPOINT).is_file():
+        try:  # a start that failed before its first checkpoint: the same command simply starts again
+            check_resume_config(out, cfg.to_dict(), resolved=RESOLVED_FIELDS if spec is not None else ())
+            return "fresh"
+        except ValueError:
+            pass
     if present and not overwrite:
         if is_recast_run(out):
             raise FileExistsError(f"{out} already holds a run: pass resume=True (--resume) to continue it or "

@@ -19,6 +19,7 @@ from recast.io import check_safetensors, read_json
 from recast.solver import min_temperature
 from recast.advantages import normalise_budgets, validate_W
 from recast.trainer.rundir import RUN_FILES, RUN_MARKER, check_out_dir, check_run_dir, is_recast_run
+from recast.trainer.tracking import check_trackers
 from recast.world import world_info, world_settings
 
 __all__ = ["RUN_FILES", "RUN_MARKER", "RunSpec", "validate", "validate_config", "check_out_dir", "check_run_dir", "is_recast_run",
@@ -139,6 +140,7 @@ def validate_config(cfg: TrainConfig) -> RunSpec:
                                            f"temperature the weight solver resolves at floor={cfg.floor:g}: "
                                            f"{smallest:.3g}")
     _check_replay(cfg)
+    check_trackers(cfg.log_with)
     _check_device(cfg.device)
     settings, plain = world_settings(world, cfg.setting, cfg.world_settings, rewards=names)
     return RunSpec(world, names, lam, settings, plain)
