@@ -10,13 +10,15 @@
 #   5. benchmarks/profile_informativeness.py on the `gpu` preset: the informativeness phase's parts, under each
 #      combination of those two settings;
 #   6. benchmarks/resume_check.py on the `gpu` preset: is a run reproducible on the GPU, and is a resumed one exact?
-# SECTIONS="tests smoke sd3tiny trainer info resume" (the default) picks which of them run.
+#   7. benchmarks/bench_iteration.py at SD3.5-Medium size: the whole iteration today, then with each speed-up switch;
+#   8. one papermill run of notebook 07 on CUDA over the tiny SD3 pipeline (configs/sd3_tiny.yaml).
+# SECTIONS="tests smoke sd3tiny trainer info resume iteration nb07" (the default) picks which of them run.
 set -o pipefail
 OUT=${OUT:-benchmarks/results/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 fail=0
-SECTIONS=${SECTIONS:-tests smoke sd3tiny trainer info resume}
+SECTIONS=${SECTIONS:-tests smoke sd3tiny trainer info resume iteration nb07}
 on() { [[ " $SECTIONS " == *" $1 "* ]]; }
 LOG=$OUT/gpu_check.log
 : >"$LOG"
@@ -66,5 +68,17 @@ fi
 if on resume; then
     step "resume check gpu" timeout 240 python3 benchmarks/resume_check.py --preset gpu --iterations 6 \
         --out "$OUT/resume_gpu.json"
+fi
+if on iteration; then
+    for sw in "" "--set sdpa=flash" "--set merge=1" "--set compile=1" "--set checkpointing=1 --micro 24" \
+              "--set sdpa=flash --set merge=1 --set compile=1"; do
+        tag=$(echo "$sw" | tr -cs 'a-z0-9' '_'); tag=${tag:-base}
+        # shellcheck disable=SC2086
+        step "whole iteration [$sw]" timeout 300 python3 benchmarks/bench_iteration.py $sw --out "$OUT/iteration_$tag.json"
+    done
+fi
+if on nb07; then
+    step "notebook 07 on cuda" timeout 240 python3 -m papermill notebooks/07_sd35_train.ipynb "$OUT/07_cuda.ipynb" \
+        -p device cuda -p iterations 2 -p out_dir "$OUT/07_cuda_run" -y "overrides: {mixed_precision: bf16}"
 fi
 exit $fail

@@ -106,6 +106,11 @@ class TrainConfig:
     grad_clip: float = 1.0  # max global grad norm (0 = off)
     grad_accum: int = 1  # micro-batches per optimiser step (the iteration's training examples are split evenly)
 
+    # --- throughput (recast.trainer.speed; each off until a GPU measurement says it is faster) ---
+    sdpa_backend: str = "auto"  # attention kernel: auto (PyTorch picks) | flash | efficient | cudnn | math
+    lora_merge_rollouts: bool = False  # merge the old policy's LoRA into the base weights for no-grad rollouts
+    compile_blocks: bool = False  # regional torch.compile of each transformer block
+
     # --- run ---
     seed: int = 0  # seeds the world (tiny), LoRA init, prompt draws, noise, column draws
     num_threads: int = 0  # torch CPU threads for this process (0 = leave torch's default); 1 avoids oversubscription

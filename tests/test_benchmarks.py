@@ -81,3 +81,19 @@ def test_foreign_loop_benchmark_times_both_loops_and_writes_the_ratio(tmp_path):
     assert saved["ratio_recast_to_plain"] == pytest.approx(out["median_s"]["recast"] / out["median_s"]["plain"])
     assert len(saved["seconds"]["recast"]) == len(saved["seconds"]["plain"]) == 1
     assert saved["ratio_recast_to_plain"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("switches", [[], ["sdpa=math", "merge=1"]])
+def test_whole_iteration_benchmark_times_every_phase_on_tiny_models(tmp_path, switches):
+    import json
+
+    bench = _module("bench_iteration")
+    args = ["--tiny", "--device", "cpu", "--images", "8", "--micro", "4", "--steps", "3", "--trained", "2", "--subset",
+            "2", "--out", str(tmp_path / "it.json")]
+    res = bench.main(args + [x for s in switches for x in ("--set", s)])
+    saved = json.loads((tmp_path / "it.json").read_text())
+    assert set(saved["seconds"]) == {"rollout", "decode", "score", "informativeness", "update"}
+    assert all(v > 0 for v in saved["seconds"].values()) and 0 < saved["recast_share"] < 1
+    # a LoRA step executes about twice its forward pass (input gradients, no weight gradients of frozen layers)
+    assert 1.5 < res["train_step_over_forward"] < 3.1

@@ -11,6 +11,7 @@ One iteration, in sampling order (docs/method.md §3-§6):
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -29,6 +30,7 @@ from recast.trainer.policy import Policy, old_decay
 from recast.trainer.replay import ReplayBuffer
 from recast.trainer.replay_step import replay_batch
 from recast.trainer.rundir import RunLock, check_run_dir, unlink_run_files
+from recast.trainer.speed import compile_blocks, merged_lora, sdpa_context
 from recast.trainer.step_credit import StepCredit, step_credit
 from recast.trainer.validate import RUN_MARKER, check_out_dir, validate_config
 
@@ -93,6 +95,8 @@ class Trainer(Persistent):
         self.world.freeze()
         self.policy = Policy(self.world.transformer, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
                              seed=cfg.seed, keep_ref=cfg.kl_beta > 0)
+        if cfg.compile_blocks:
+            compile_blocks(self.world.transformer)
         opt = torch.optim.AdamW(self.policy.params, lr=cfg.lr, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
                                 weight_decay=cfg.weight_decay)
         self.model, self.optimizer = self.acc.prepare(self.world.transformer, opt)
@@ -176,9 +180,9 @@ class Trainer(Persistent):
         prompts = [p for p in sample_prompts(self.world, cfg.B // G, split="train", generator=self.gen)
                    for _ in range(G)]
         noise = torch.randn((cfg.B, *self.world.sample_shape), generator=self.gen).to(self.acc.device)
-        with torch.no_grad(), self.acc.autocast():
+        with torch.no_grad(), self.acc.autocast(), sdpa_context(cfg.sdpa_backend):
             embeds = self.world.encode_prompts(prompts).detach()
-            with self.policy.use("old") as tr:
+            with self.policy.use("old") as tr, (merged_lora(tr) if cfg.lora_merge_rollouts else nullcontext()):
                 if cfg.backend == "nft":  # the baselines' step credit reads the trajectory
                     out = sample_ode(tr, embeds, self.sigmas, noise=noise,
                                      return_trajectory=cfg.method in ("per_step", "otca"))
@@ -231,7 +235,7 @@ class Trainer(Persistent):
             with timer("replay"):
                 batch, signal, info_mask, replay_rec = replay_batch(self, ro, R_all, train_adv, signal, info_mask)
         n_replay = batch.x0.shape[0] - ro.x0.shape[0]
-        with timer("optimisation"):
+        with timer("optimisation"), sdpa_context(cfg.sdpa_backend):
             backend = nft_optimise if cfg.backend == "nft" else grpo_optimise
             out = backend(self.model, self.policy, batch, signal, W_used, self.sigmas, cfg, self.gen, self.acc,
                           info_mask)
