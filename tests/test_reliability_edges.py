@@ -118,6 +118,7 @@ def _sweep(tmp_path, **sets):
                       preset="ci", iterations=1, sets={"eval_prompts": 2, **sets}, out_root=tmp_path / "sweep")
 
 
+@pytest.mark.slow
 def test_a_sweep_child_decides_under_the_lock_finished_runs_are_never_retrained(tmp_path):
     import sys
 
@@ -136,6 +137,7 @@ def test_a_sweep_child_decides_under_the_lock_finished_runs_are_never_retrained(
     assert code == EXIT_BUSY and (run.out_dir / "checkpoint.pt").stat().st_mtime_ns == stamp
 
 
+@pytest.mark.slow
 def test_a_sweep_never_reuses_a_run_made_with_other_settings(tmp_path):
     from recast.experiments.sweep import is_finished, run_sweep
 
@@ -188,6 +190,7 @@ def test_a_reward_of_the_wrong_shape_is_named(tmp_path):
         tr.run()
 
 
+@pytest.mark.slow
 def test_a_full_disk_at_the_checkpoint_is_one_line(tmp_path, capsys, monkeypatch):
     import recast.trainer.checkpoint as ckpt
 
