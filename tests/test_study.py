@@ -93,3 +93,17 @@ def test_analyse_reads_every_stage_from_long_rows():
     assert tables["tost"][0]["comparison"] == "fixed_gt - recast"
     (eff,) = tables["efficiency"]
     assert eff["auc_advantage"] > 0 and eff["recast_reached"] == 4
+
+
+def test_report_renders_every_table_the_analysis_has():
+    rows = []
+    for arm in study.ARMS:
+        for s in range(4):
+            for it in (0, 15, 30):
+                v = 0.5 + 0.01 * it / 30 * (2 if arm == "recast" else 1) + 0.002 * s * (arm == "recast")
+                rows.append(dict(stage="A", setting="compose", budget="default", arm=arm, seed=s, iteration=it,
+                                 images=32 * it, metric="judge/color", value=v))
+    text = study.report(study.analyse(rows), {"A"})
+    assert "### Primary" in text and "| compose | color | uniform | 4 |" in text
+    assert "### Fixed against live W" in text and "### Sample efficiency" in text
+    assert "### GRPO" not in text  # no stage B in the data: no table

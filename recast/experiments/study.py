@@ -344,6 +344,55 @@ def _replay(E, A) -> list[dict]:
     return out
 
 
+def _fmt(r: dict, key: str = "diff") -> str:
+    fid = r["metric"] == "judge/fid"
+    f = "{:+.1f} [{:+.1f}, {:+.1f}]" if fid else "{:+.3f} [{:+.3f}, {:+.3f}]"
+    return f.format(r[key], r["ci_low"], r["ci_high"])
+
+
+def report(tables: dict[str, list[dict]], stages: set[str]) -> str:
+    """The results page's tables as markdown, from `analyse` (each table says which stage it needs)."""
+    out = [f"Stages in the data: {', '.join(sorted(stages)) or 'none'}.", ""]
+    if tables["primary"]:
+        out += ["### Primary: ReCAST − each arm on the primary endpoint (Holm over the six, per setting)", "",
+                "| setting | endpoint | baseline | n | ReCAST − baseline [95 % CI] | p | per cell | after Holm |",
+                "|---|---|---|---|---|---|---|---|"]
+        out += [f"| {r['setting']} | {r['metric'].removeprefix('judge/')} | {r['baseline']} | {r['n']} | {_fmt(r)} | "
+                f"{r['p']:.3g} | {r['verdict_95']} | **{r['verdict_holm']}** |" for r in tables["primary"]]
+    sec = [r for r in tables["secondary"] if r["verdict_holm"] != "tie"]
+    if tables["secondary"]:
+        out += ["", f"### Secondary judges: cells that survive Holm ({len(sec)} of {len(tables['secondary'])})", ""]
+        out += [f"- {r['setting']}, ReCAST − {r['baseline']}, {r['metric'].removeprefix('judge/')}: {_fmt(r)} "
+                f"({r['verdict_holm']})" for r in sec] or ["- none"]
+    if tables["tost"]:
+        out += ["", "### Fixed against live W: equivalence (TOST, α = 0.05 each side)", "",
+                "| setting | endpoint | fixed_gt − recast | 90 % CI | margin | p | equivalent |", "|---|---|---|---|---|---|---|"]
+        out += [f"| {r['setting']} | {r['metric'].removeprefix('judge/')} | {r['diff']:+.4f} | [{r['ci90_low']:+.4f}, "
+                f"{r['ci90_high']:+.4f}] | ±{r['margin']} | {r['p']:.3g} | {'yes' if r['equivalent'] else 'no'} |"
+                for r in tables["tost"]]
+    if tables["efficiency"]:
+        out += ["", "### Sample efficiency (primary endpoint, evaluation every 3 iterations on 256 prompts)", "",
+                "| setting | ReCAST − uniform, area under the curve [95 % CI] | threshold (uniform's final mean) | "
+                "seeds reaching it: ReCAST / uniform | median images: ReCAST / uniform |", "|---|---|---|---|---|"]
+        out += [f"| {r['setting']} | {r['auc_advantage']:+.4f} [{r['auc_ci_low']:+.4f}, {r['auc_ci_high']:+.4f}] | "
+                f"{r['threshold']:.4f} | {r['recast_reached']} / {r['uniform_reached']} of {r['n']} | "
+                f"{r['recast_median_images']:.0f} / {r['uniform_median_images']:.0f} |" for r in tables["efficiency"]]
+    for name, title in (("grpo", "GRPO backend, compose: ReCAST − each arm (Holm per judge over the three)"),
+                        ("pooled", "Budget-pooled (stages A + D): ReCAST − baseline, Holm over the judges"),
+                        ("replay", "Replay (stage E), against ReCAST without it")):
+        rows = tables[name]
+        if rows:
+            out += ["", f"### {title}", "", "| setting | judge | comparison | n | difference [95 % CI] | after Holm |",
+                    "|---|---|---|---|---|---|"]
+            out += [f"| {r['setting']} | {r['metric'].removeprefix('judge/')} | {r.get('comparison', r['arm'] + ' − ' + r['baseline'])} | "
+                    f"{r['n']} | {_fmt(r)} | {r.get('verdict_holm', '')} |" for r in rows]
+    if tables["null"]:
+        out += ["", "### W's departure from λ/T: the real-trainer null beside live ReCAST", "",
+                "| runs | n | mean max |W/(λ/T) − 1| | sd | max |", "|---|---|---|---|---|"]
+        out += [f"| {r['run']} | {r['n']} | {r['mean']:.3f} | {r['sd']:.3f} | {r['max']:.3f} |" for r in tables["null"]]
+    return "\n".join(out) + "\n"
+
+
 def _read(path: Path) -> list[dict]:
     from recast.io import read_csv
 
@@ -356,7 +405,7 @@ def _read(path: Path) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("command", choices=("run", "collect", "analyse", "list"))
+    ap.add_argument("command", choices=("run", "collect", "analyse", "report", "list"))
     ap.add_argument("--stage", default="A")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out-root", default="runs/study")
@@ -388,11 +437,15 @@ def main(argv=None) -> int:
     from recast.io import write_csv
 
     out = STUDY_DIR / "results"
+    tables = analyse(rows)
+    if a.command == "report":
+        print(report(tables, {r["stage"] for r in rows}), end="")
+        return 0
     out.mkdir(parents=True, exist_ok=True)
-    for name, table in analyse(rows).items():
+    for name, table in tables.items():
         if table:
             write_csv(out / f"{name}.csv", table)
-    print(json.dumps({k: len(v) for k, v in analyse(rows).items()}))
+    print(json.dumps({k: len(v) for k, v in tables.items()}))
     return 0
 
 
