@@ -84,13 +84,13 @@ def test_clip_isolated_peaks_removes_one_pixel_specks_and_keeps_strokes():
 def test_clip_isolated_peaks_keeps_real_glyphs_verdicts(real):
     """On real canvases the clipping moves the steepest glyph step (a clipped stroke tip lowers the glyph's peak,
     which normalises the steps) by at most 0.18 and by nothing in most, and changes no blur verdict."""
-    from recast.worlds.digits.judges.defects import BLUR_MAX_STEP, _max_step
+    from recast.worlds.digits.judges.defects import BLUR_MAX_STEP, max_step
     from recast.worlds.digits.judges.ink import clip_isolated_peaks, split_ink
 
     I = data.ink_intensity(real)
-    before = _max_step(I, split_ink(I)[0])
+    before = max_step(I, split_ink(I)[0])
     smooth = clip_isolated_peaks(I)
-    after = _max_step(smooth, split_ink(smooth)[0])
+    after = max_step(smooth, split_ink(smooth)[0])
     assert (after - before).abs().median() < 1e-6 and (after - before).abs().max() < 0.2
     assert torch.equal(after < BLUR_MAX_STEP, before < BLUR_MAX_STEP)
 

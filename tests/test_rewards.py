@@ -619,20 +619,20 @@ def test_contrast_flat_is_contrast_with_a_flat_top_on_the_ink_level(fns):
     """``contrast_flat = contrast / max(level, L)``: contrast rescaled by 1 / L where the ink level is below the real
     floor L, saturation times (1 - background) above it (1 on real canvases), so ink brighter than a real glyph's
     pays it nothing."""
-    from recast.worlds.digits.rewards.digit import _contrast_terms, contrast_level_floor
+    from recast.worlds.digits.rewards.digit import contrast_terms, contrast_level_floor
 
     L = contrast_level_floor()
     assert 0.55 < L < 0.65  # real levels run 0.57-0.94 (the dim anti-aliased rim); base samples' median is 0.43
     gen = torch.Generator().manual_seed(11)
     images, prompts = data.sample_batch(512, generator=gen)  # fresh real canvases, not the floor's
     flat, old = fns["contrast_flat"], fns["contrast"]
-    level, sat, background = _contrast_terms(images)
+    level, sat, background = contrast_terms(images)
     assert torch.allclose(sat, torch.ones_like(sat), atol=1e-5) and (background == 0).all()  # only the level varies
     r = flat(images, prompts)
     assert (r > 1 - 1e-5).float().mean() > 0.97 and torch.equal(r > 1 - 1e-5, level >= L)
     # below the floor it is contrast itself; above it contrast keeps paying for brighter ink, contrast_flat does not
     for x in (images, degrade(images, "fade", 1.0, gen), images * 0.5, images.sqrt()):
-        lv = _contrast_terms(x)[0]
+        lv = contrast_terms(x)[0]
         torch.testing.assert_close(flat(x, prompts), old(x, prompts) / lv.clamp(min=L))
     bright = images.sqrt()  # every anti-aliased rim pixel brighter: a glyph no real canvas has
     assert old(bright, prompts).mean() > old(images, prompts).mean() + 0.03  # contrast pays for it
@@ -644,7 +644,7 @@ def test_contrast_flat_is_contrast_with_a_flat_top_on_the_ink_level(fns):
 def test_wash_free_reads_the_wash_not_the_brightness_of_the_ink(fns):
     """``wash_free = saturation * (1 - background) * min(1, ink mass / 2)``: 1 on real canvases at any ink
     brightness (contrast pays for brighter ink), lowered by a grey wash in proportion to it, 0 on an empty canvas."""
-    from recast.worlds.digits.rewards.digit import WASH_FREE_INK_MASS, _contrast_terms, above_background
+    from recast.worlds.digits.rewards.digit import WASH_FREE_INK_MASS, contrast_terms, above_background
 
     gen = torch.Generator().manual_seed(12)
     images, prompts = data.sample_batch(256, generator=gen)
@@ -658,7 +658,7 @@ def test_wash_free_reads_the_wash_not_the_brightness_of_the_ink(fns):
     # a uniform grey wash g on every channel: background g, saturation (I - g) / I on the ink
     for g in (0.05, 0.1, 0.2):
         x = images * (1 - g) + g
-        _, sat, background = _contrast_terms(x)
+        _, sat, background = contrast_terms(x)
         torch.testing.assert_close(background, torch.full_like(background, g), atol=1e-6, rtol=0)
         torch.testing.assert_close(wash(x, prompts), (sat * (1 - g)).clamp(0, 1), atol=1e-6, rtol=1e-5)
         assert (wash(x, prompts) < 1 - g + 1e-6).all()

@@ -21,9 +21,9 @@ import torch
 def drawn_colour(images: torch.Tensor) -> torch.Tensor:
     """Index into `recast.worlds.digits.data.COLORS` of the palette colour nearest to each sample's mean ink RGB (the
     colour judge's reading, `recast.worlds.digits.judges.attributes.judge_attributes`)."""
-    from recast.worlds.digits.judges.attributes import _mask_stats, color_index
+    from recast.worlds.digits.judges.attributes import mask_stats, color_index
 
-    I, mask, _, _ = _mask_stats(images)
+    I, mask, _, _ = mask_stats(images)
     return color_index(images, I, mask)
 
 

@@ -17,22 +17,22 @@ def measure(images, prompts) -> dict:
     import torch.nn.functional as F
 
     from recast.worlds.digits import data
-    from recast.worlds.digits.judges.defects import _max_step, judge_defects
+    from recast.worlds.digits.judges.defects import max_step, judge_defects
     from recast.worlds.digits.judges.ink import split_ink
     from recast.worlds.digits.rewards.digit import above_background
-    from recast.worlds.digits.rewards.specks import _speck_windows
+    from recast.worlds.digits.rewards.specks import speck_windows
 
     I = data.ink_intensity(images)
     glyph, specks = split_ink(I)
     J = above_background(images)
-    rel = _speck_windows(J)[:, 0] / 9
+    rel = speck_windows(J)[:, 0] / 9
     far = F.max_pool2d(glyph[:, None].float(), 13, 1, 6)[:, 0] == 0  # >= 7 px from the glyph
     j = judge_defects(images)
     return {"blur": j.blur.float().mean().item(), "speckle": j.speckle.float().mean().item(),
             "judge_specks": specks.float().mean().item(), "speck_free_count": rel.sum((1, 2)).mean().item(),
             "speck_free_count_far_share": ((rel * far).sum() / rel.sum().clamp_min(1e-9)).item(),
-            "speck_free_abs_count": (_speck_windows(J, absolute=True)[:, 0] / 9).sum((1, 2)).mean().item(),
-            "max_step": _max_step(I, glyph).mean().item(), "peak": J.flatten(1).amax(1).mean().item()}
+            "speck_free_abs_count": (speck_windows(J, absolute=True)[:, 0] / 9).sum((1, 2)).mean().item(),
+            "max_step": max_step(I, glyph).mean().item(), "peak": J.flatten(1).amax(1).mean().item()}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

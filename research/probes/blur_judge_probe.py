@@ -24,11 +24,11 @@ import torch
 def _glyph_only_blur(images: torch.Tensor) -> torch.Tensor:
     """The blur verdict of the glyph-only round: no peak clipping."""
     from recast.worlds.digits import data
-    from recast.worlds.digits.judges.defects import BLUR_MAX_STEP, _max_step
+    from recast.worlds.digits.judges.defects import BLUR_MAX_STEP, max_step
     from recast.worlds.digits.judges.ink import split_ink
 
     I = data.ink_intensity(images.float())
-    return _max_step(I, split_ink(I)[0]) < BLUR_MAX_STEP
+    return max_step(I, split_ink(I)[0]) < BLUR_MAX_STEP
 
 
 def ground_truth_rows(n: int, seed: int = 0) -> list[dict]:

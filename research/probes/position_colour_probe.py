@@ -38,9 +38,9 @@ DEFECT_RATES = dict(blur=0.65, speckle=0.35, fade=0.25)  # stage 4's injection r
 def quadrant(images: torch.Tensor) -> torch.Tensor:
     """The position judge's reading of each canvas (`recast.worlds.digits.judges.attributes.position_index`): the index into
     `data.POSITIONS` of the region centre nearest the glyph mask's centroid; -1 where there is no ink."""
-    from recast.worlds.digits.judges.attributes import _mask_stats, position_index
+    from recast.worlds.digits.judges.attributes import mask_stats, position_index
 
-    _, mask, count, _ = _mask_stats(images)
+    _, mask, count, _ = mask_stats(images)
     return torch.where(count > 0, position_index(mask, count), -1)
 
 

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from recast.worlds.digits import rewards as R
     from recast.worlds.digits.judges import defect_report
     from recast.worlds.digits.judges.attributes import judge_attributes
-    from recast.worlds.digits.rewards.digit import _moments
+    from recast.worlds.digits.rewards.digit import ink_moments
     from recast.experiments.judge_eval import load_policy, sample_test_prompts
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     reward = R.get("position")("cpu")
     r0 = reward(images, prompts)
     target = torch.tensor([data.region_center(data.parse_prompt(t).position) for t in prompts])
-    centroid = _moments(images)[0]
+    centroid = ink_moments(images)[0]
     gap = target - centroid
     dist = gap.norm(dim=1)
     unit = gap / dist.clamp_min(1e-6)[:, None]

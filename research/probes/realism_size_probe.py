@@ -6,7 +6,7 @@
 For each run of `python -m recast.experiments.alone` it samples the base model (adapters off) and the final EMA policy
 on 128 test prompts with the same noise (`recast.experiments.alone.base_and_final_samples`) and writes one row per
 (reward, seed, policy) to research/tables/realism_size_probe.csv: for small and for large prompts the judges' glyph side
-and inked pixel count (`recast.worlds.digits.judges.attributes._mask_stats`), the size judge's pass rate, and the four
+and inked pixel count (`recast.worlds.digits.judges.attributes.mask_stats`), the size judge's pass rate, and the four
 realism rewards' means; and the blur verdict over all samples. Real glyphs are 8 px (small) and 12 px (large). Analysis
 only (research/rounds/05-realism-size.md, research/rounds/04-centred-realism.md).
 """
@@ -29,12 +29,12 @@ def measure(images, prompts) -> dict:
     import torch
 
     from recast.worlds.digits import data
-    from recast.worlds.digits.judges.attributes import _mask_stats, _side, judge_attributes
+    from recast.worlds.digits.judges.attributes import mask_stats, mask_side, judge_attributes
     from recast.worlds.digits.judges.defects import judge_defects
 
     images = images.clamp(0, 1)
-    _, _, count, box = _mask_stats(images)
-    side, j = _side(box), judge_attributes(images, prompts)
+    _, _, count, box = mask_stats(images)
+    side, j = mask_side(box), judge_attributes(images, prompts)
     scores = {name: fn(images, prompts) for name, fn in _realism_rewards().items()}
     sizes = [data.parse_prompt(p).size for p in prompts]
     row = {}

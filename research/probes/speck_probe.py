@@ -54,7 +54,7 @@ def _bright_pixel_count_reward(images: torch.Tensor) -> torch.Tensor:
 def main() -> list[dict]:
     from recast.worlds.digits import data
     from recast.worlds.digits.audit import sample_world
-    from recast.worlds.digits.judges.defects import BLUR_MAX_STEP, _max_step, judge_defects
+    from recast.worlds.digits.judges.defects import BLUR_MAX_STEP, max_step, judge_defects
     from recast.worlds.digits.judges.ink import split_ink
     from recast.worlds.digits.rewards import get
     from recast.worlds.digits.rewards.degrade import gaussian_blur
@@ -73,7 +73,7 @@ def main() -> list[dict]:
     I = data.ink_intensity(images)
     glyph, _ = split_ink(I)
     j = judge_defects(images)
-    whole = _max_step(I, torch.ones_like(glyph)) < BLUR_MAX_STEP
+    whole = max_step(I, torch.ones_like(glyph)) < BLUR_MAX_STEP
     sp = j.speckle
     row("blur rate, whole canvas (judge until this round)", whole.float().mean())
     row("blur rate, glyph only (judge now)", j.blur.float().mean())

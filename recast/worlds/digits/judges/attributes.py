@@ -61,7 +61,7 @@ class JudgeReport:
         return asdict(self)
 
 
-def _mask_stats(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def mask_stats(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Intensity ``(B, H, W)``, ink mask ``(B, H, W)`` bool, mask pixel count ``(B,)``, bounding boxes ``(B, 4)``
     as (y0, x0, y1, x1) inclusive (zeros where there is no ink)."""
     I = data.ink_intensity(images.float())
@@ -81,7 +81,7 @@ def _mask_stats(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
 
 def crop_glyphs(images: torch.Tensor) -> np.ndarray:
     """SVC features ``(B, 64)``: the ink bounding box of ``I`` resized to 8x8 (zeros where there is no ink)."""
-    I, _, count, box = _mask_stats(images)
+    I, _, count, box = mask_stats(images)
     out = torch.zeros(len(I), 8, 8)
     for i in torch.nonzero(count > 0).flatten().tolist():
         y0, x0, y1, x1 = box[i].tolist()
@@ -90,7 +90,7 @@ def crop_glyphs(images: torch.Tensor) -> np.ndarray:
     return out.reshape(len(I), 64).numpy()
 
 
-def _side(box: torch.Tensor) -> torch.Tensor:
+def mask_side(box: torch.Tensor) -> torch.Tensor:
     return torch.maximum(box[:, 2] - box[:, 0], box[:, 3] - box[:, 1]).float() + 1
 
 
@@ -117,14 +117,14 @@ def _fitted() -> tuple[object, float]:
     degraded, _ = inject_defects(images, Corruption(blur=0.5, speckle=0.5, fade=0.5), gen)
     features = np.concatenate([crop_glyphs(images), crop_glyphs(degraded)])
     svc = SVC(C=10.0, gamma="scale").fit(features, [s.digit for s in specs] * 2)
-    side = _side(_mask_stats(images)[3])  # the size threshold comes from clean canvases only
+    side = mask_side(mask_stats(images)[3])  # the size threshold comes from clean canvases only
     small, large = (side[torch.tensor([s == k for s in sizes])].median() for k in data.SIZES)
     return svc, float((small * large).sqrt())
 
 
 def color_index(images: torch.Tensor, I: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The colour judge's reading ``(B,)``: the index into ``data.COLORS`` (the current palette) of the colour nearest
-    the mask's mean ink RGB divided by its mean ink intensity (``I`` and ``mask`` as `_mask_stats` returns them)."""
+    the mask's mean ink RGB divided by its mean ink intensity (``I`` and ``mask`` as `mask_stats` returns them)."""
     m = mask.float()
     rgb = (images * m[:, None]).sum((2, 3)) / (I * m).sum((1, 2)).clamp_min(1e-6)[:, None]
     return torch.cdist(rgb, torch.tensor(list(data.COLORS.values()))).argmin(1)
@@ -132,7 +132,7 @@ def color_index(images: torch.Tensor, I: torch.Tensor, mask: torch.Tensor) -> to
 
 def position_index(mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     """The position judge's reading ``(B,)``: the index into ``data.POSITIONS`` of the region centre nearest the ink
-    mask's centroid (``mask`` and ``count`` as `_mask_stats` returns them; meaningless where ``count`` is 0)."""
+    mask's centroid (``mask`` and ``count`` as `mask_stats` returns them; meaningless where ``count`` is 0)."""
     m = mask.float()
     H, W = mask.shape[-2:]
     cy = (m.sum(2) * torch.arange(H)).sum(1) / count.clamp_min(1)
@@ -156,11 +156,11 @@ def judge_attributes(images: torch.Tensor, prompts: list[str]) -> AttributeJudge
     if len(specs) != len(images):
         raise ValueError(f"got {len(images)} images but {len(specs)} prompts")
     svc, size_threshold = _fitted()
-    I, mask, count, box = _mask_stats(images)
+    I, mask, count, box = mask_stats(images)
     has = count > 0
     color_idx = color_index(images, I, mask)
     pos_idx = position_index(mask, count)
-    size_idx = (_side(box) > size_threshold).long()  # SIZES is ordered (small, large)
+    size_idx = (mask_side(box) > size_threshold).long()  # SIZES is ordered (small, large)
     digit = torch.from_numpy(np.asarray(svc.predict(crop_glyphs(images)))).long()
 
     want = torch.tensor([[s.digit, list(data.COLORS).index(s.color), list(data.POSITIONS).index(s.position),

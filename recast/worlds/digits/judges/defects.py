@@ -34,7 +34,7 @@ import torch
 from recast.worlds.digits import data
 from recast.worlds.digits.judges.ink import clip_isolated_peaks, split_ink
 
-__all__ = ["DefectJudgement", "DefectReport", "judge_defects", "defect_report"]
+__all__ = ["max_step", "DefectJudgement", "DefectReport", "judge_defects", "defect_report"]
 
 BLUR_MAX_STEP: float = 0.65  # a canvas whose glyph's steepest normalised step is below this is blurred
 SPECKLE_MIN_COUNT: int = 2  # this many isolated specks (recast.worlds.digits.judges.ink.split_ink) make a canvas speckled
@@ -70,7 +70,7 @@ class DefectReport:
         return asdict(self)
 
 
-def _max_step(I: torch.Tensor, glyph: torch.Tensor) -> torch.Tensor:
+def max_step(I: torch.Tensor, glyph: torch.Tensor) -> torch.Tensor:
     """Steepest neighbour step ``(B,)`` of ``I`` normalised between its median and the glyph's maximum, over the
     pairs of neighbours that both lie within one pixel of the glyph (``glyph``: bool ``(B, H, W)``); 0 without a
     glyph."""
@@ -100,7 +100,7 @@ def judge_defects(images: torch.Tensor) -> DefectJudgement:
     _, specks = split_ink(I)
     smooth = clip_isolated_peaks(I)  # the blur verdict: a one-pixel speck on or beside the glyph is not an edge
     glyph, _ = split_ink(smooth)
-    return DefectJudgement(blur=_max_step(smooth, glyph) < BLUR_MAX_STEP, speckle=specks >= SPECKLE_MIN_COUNT,
+    return DefectJudgement(blur=max_step(smooth, glyph) < BLUR_MAX_STEP, speckle=specks >= SPECKLE_MIN_COUNT,
                            fade=I.flatten(1).median(1).values > FADE_BACKGROUND)
 
 

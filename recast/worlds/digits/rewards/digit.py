@@ -48,7 +48,7 @@ INK_FLOOR: float = 0.15  # intensity below which a pixel does not count for cent
 _EPS = 1e-6
 
 
-def _moments(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def ink_moments(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Ink-weighted centroid ``(B, 2)`` and variances ``(B, 2)`` in pixels, and the ink mass ``(B,)``; weights
     ``relu(I - 0.15)^2`` so faint background noise counts little."""
     w = (data.ink_intensity(images) - INK_FLOOR).clamp_min(0) ** 2
@@ -84,7 +84,7 @@ def _position_sq_distance(images: torch.Tensor, prompts: list[str]) -> torch.Ten
     specs = _specs(prompts, images.shape[0])
     target = torch.tensor([data.region_center(s.position) for s in specs], dtype=images.dtype,
                           device=images.device)
-    centroid, _, _ = _moments(images)
+    centroid, _, _ = ink_moments(images)
     return ((centroid - target) ** 2).sum(1)
 
 
@@ -211,7 +211,7 @@ def stray_ink(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     ``CLEAN_SPECK_LEVEL`` above the background (isolated speckles)."""
     J = above_background(images)[:, None]
     mask = _glyph_mask(J, 2)
-    centroid, _, _ = _moments(images)
+    centroid, _, _ = ink_moments(images)
     H, W = J.shape[-2:]
     ys = torch.arange(H, dtype=J.dtype, device=J.device)
     xs = torch.arange(W, dtype=J.dtype, device=J.device)
@@ -287,11 +287,11 @@ def contrast_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     round; trained alone it pays for brighter, bigger ink (Fréchet +369 +- 167, colour and size costs), so
     `wash_free_reward` replaced it. In no setting."""
     _specs(prompts, images.shape[0])
-    level, sat, background = _contrast_terms(images)
+    level, sat, background = contrast_terms(images)
     return (level * sat * (1 - background)).clamp(0, 1).float()
 
 
-def _contrast_terms(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def contrast_terms(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`contrast_reward`'s three factors ``(B,)`` each: the I^2-weighted mean ink level, the I^2-weighted mean HSV
     saturation, and the mean intensity of the darker half of the pixels (the background)."""
     B = images.shape[0]
@@ -306,12 +306,12 @@ def _contrast_terms(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
 
 @functools.lru_cache(maxsize=1)
 def contrast_level_floor() -> float:
-    """The `CONTRAST_LEVEL_QUANTILE` quantile of real canvases' ink level (`_contrast_terms`; 1,024 base-split
+    """The `CONTRAST_LEVEL_QUANTILE` quantile of real canvases' ink level (`contrast_terms`; 1,024 base-split
     canvases, seed 0): 0.604. A real glyph's level is 0.57 to 0.94 (its anti-aliased rim is dimmer than its core);
     base-model samples have a median of 0.43."""
     gen = torch.Generator().manual_seed(0)
     images, _ = data.sample_batch(1024, generator=gen)
-    return float(_contrast_terms(images)[0].quantile(CONTRAST_LEVEL_QUANTILE))
+    return float(contrast_terms(images)[0].quantile(CONTRAST_LEVEL_QUANTILE))
 
 
 def contrast_flat_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
@@ -325,7 +325,7 @@ def contrast_flat_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tens
     (-234 +- 166) but still grows the glyph up to the floor and costs colour and size. Range [0, 1]; in no
     setting."""
     _specs(prompts, images.shape[0])
-    level, sat, background = _contrast_terms(images)
+    level, sat, background = contrast_terms(images)
     return ((level / contrast_level_floor()).clamp(max=1.0) * sat * (1 - background)).clamp(0, 1).float()
 
 
@@ -343,7 +343,7 @@ def wash_free_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     glyph-only blur judge (+0.080 +- 0.041) was that judge's: with the peak-clipped judge it is +0.023 +- 0.040, and it
     passes the single-reward rule. Quality's fade reward since the wash-free round. Range [0, 1]."""
     _specs(prompts, images.shape[0])
-    _, sat, background = _contrast_terms(images)
+    _, sat, background = contrast_terms(images)
     gate = (above_background(images).sum((1, 2)) / WASH_FREE_INK_MASS).clamp(0.0, 1.0)
     return (sat * (1 - background) * gate).clamp(0, 1).float()
 
@@ -385,7 +385,8 @@ def jittered(fn, salt: str, scale: float):
     return reward
 
 
-__all__ = ["jittered", "color_reward", "position_reward", "position_flat_reward", "size_reward", "size_half_max_reward",
+__all__ = ["contrast_terms", "ink_moments", "jittered", "color_reward", "position_reward", "position_flat_reward",
+           "size_reward", "size_half_max_reward",
            "sharpness_reward", "clean_reward", "clean_mass_reward", "contrast_reward", "contrast_flat_reward",
            "wash_free_reward", "placebo_reward", "contrast_level_floor",
            "above_background", "ink_color", "ink_side", "speck_mass", "stray_ink"]

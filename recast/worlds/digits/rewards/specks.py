@@ -29,7 +29,8 @@ import torch.nn.functional as F
 
 from recast.worlds.digits.rewards.canvas import _specs, above_background
 
-__all__ = ["SPECK_ABS_RING_INK", "SPECK_COUNT", "SPECK_FREE_INK_MASS", "SPECK_LEVEL", "SPECK_PEAK_MIN", "SPECK_RING",
+__all__ = ["speck_windows", "SPECK_ABS_RING_INK", "SPECK_COUNT", "SPECK_FREE_INK_MASS", "SPECK_LEVEL", "SPECK_PEAK_MIN",
+           "SPECK_RING",
            "SPECK_RING_INK", "glyph_steps", "isolated_specks", "speck_free_abs_reward", "speck_free_reward",
            "speck_mask"]
 
@@ -58,7 +59,7 @@ def _ring_max(J: torch.Tensor, r: int) -> torch.Tensor:
     return patches[:, ring.flatten().to(J.device)].amax(1).reshape(J.shape)
 
 
-def _speck_windows(J: torch.Tensor, *, absolute: bool = False) -> torch.Tensor:
+def speck_windows(J: torch.Tensor, *, absolute: bool = False) -> torch.Tensor:
     """``(B, 1, H, W)`` from the ink above the background ``J (B, H, W)`` (`above_background`): how much each 3x3
     window is an isolated speck, ``bright(m_p) * (1 - inked(ring_p))`` with ``m`` the window's ink and ``ring`` the
     max of ``J`` at distance SPECK_RING, both relative to the peak (see `isolated_specks`). ``absolute``: both in
@@ -80,7 +81,7 @@ def isolated_specks(images: torch.Tensor) -> torch.Tensor:
     A lone pixel as bright as the peak counts 1, and still ~1 after a blur of 0.75 px (its window keeps most of its
     mass); two touching pixels count ~1 to 2; a stroke, its ends included, counts ~0 at any brightness; a uniform
     wash counts 0 (it is not above the background)."""
-    return _speck_windows(above_background(images)).sum((1, 2, 3)) / 9
+    return speck_windows(above_background(images)).sum((1, 2, 3)) / 9
 
 
 def speck_mask(J: torch.Tensor) -> torch.Tensor:
@@ -88,7 +89,7 @@ def speck_mask(J: torch.Tensor) -> torch.Tensor:
     `isolated_specks`, dilated by one pixel), from the ink above the background ``J (B, H, W)``
     (`above_background`): 0 on a real glyph, ~1 on and next to a stray speck. The sharpness reward leaves these
     pixels out, so a speck is not read as a steep edge of the glyph."""
-    return F.max_pool2d(_speck_windows(J), 3, 1, 1)[:, 0].clamp(0.0, 1.0)
+    return F.max_pool2d(speck_windows(J), 3, 1, 1)[:, 0].clamp(0.0, 1.0)
 
 
 def glyph_steps(J: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -117,10 +118,10 @@ def speck_free_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
 
 def _speck_free_score(images: torch.Tensor, prompts: list[str], *, absolute: bool) -> torch.Tensor:
-    """``exp(-count / SPECK_COUNT) * hinge`` with the count of `_speck_windows` (relative or absolute levels)."""
+    """``exp(-count / SPECK_COUNT) * hinge`` with the count of `speck_windows` (relative or absolute levels)."""
     _specs(prompts, images.shape[0])
     J = above_background(images)
-    count = _speck_windows(J, absolute=absolute).sum((1, 2, 3)) / 9  # `isolated_specks`, on the J computed once
+    count = speck_windows(J, absolute=absolute).sum((1, 2, 3)) / 9  # `isolated_specks`, on the J computed once
     hinge = (J.sum((1, 2)) / SPECK_FREE_INK_MASS).clamp(0.0, 1.0)
     return (torch.exp(-count / SPECK_COUNT) * hinge).float()
 
