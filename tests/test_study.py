@@ -107,3 +107,93 @@ def test_report_renders_every_table_the_analysis_has():
     assert "### Primary" in text and "| compose | color | uniform | 4 |" in text
     assert "### Fixed against live W" in text and "### Sample efficiency" in text
     assert "### GRPO" not in text  # no stage B in the data: no table
+
+
+def _curve_rows(setting="compose", metric="judge/color", ema=0.0):
+    """Every arm over 4 seeds and 3 evaluations; ReCAST's judge rises twice as fast, the weighted reward rises for all."""
+    rows = []
+    for arm in study.ARMS:
+        for s in range(4):
+            for it in (0, 15, 30):
+                v = 0.5 + 0.01 * it / 30 * (2 if arm == "recast" else 1) + 0.001 * s
+                for m, val in ((metric, v), ("reward/weighted", 0.1 + 0.01 * it + 0.001 * s)):
+                    rows.append(dict(stage="A", setting=setting, budget="default", arm=arm, seed=s, iteration=it,
+                                     images=32 * it, metric=m, value=val))
+            rows.append(dict(stage="A", setting=setting, budget="default", arm=arm, seed=s, iteration=30, images=0,
+                             metric="config/ema_decay", value=ema))
+            rows.append(dict(stage="A", setting=setting, budget="default", arm=arm, seed=s, iteration=30, images=0,
+                             metric="time/train_s", value=100.0 + s))
+            for q, val in (("reward_queries", 960.0), ("reward_queries_proxy", 2880.0 * (arm == "recast"))):
+                rows.append(dict(stage="A", setting=setting, budget="default", arm=arm, seed=s, iteration=30, images=0,
+                                 metric=f"queries/{q}", value=val))
+    return rows
+
+
+def test_reward_hacking_is_flagged_only_where_a_judge_falls_while_the_reward_rises():
+    rows = _curve_rows()
+    for r in rows:  # uniform's judge now falls over training while its reward still rises
+        if r["arm"] == "uniform" and r["metric"] == "judge/color":
+            r["value"] = 0.5 - 0.01 * r["iteration"] / 30 - 0.0005 * r["seed"] * r["iteration"] / 30
+    tab = study.analyse(rows)["hacking"]
+    flagged = {(r["arm"], r["metric"]) for r in tab if r["hacked"]}
+    assert flagged == {("uniform", "judge/color")}
+    (u,) = [r for r in tab if r["arm"] == "uniform"]
+    assert u["diff"] < 0 and u["ci_high"] < 0 and u["reward_ci_low"] > 0
+    # a lower-is-better judge that rises is worse too
+    fid = _curve_rows(metric="judge/fid")
+    assert {r["arm"] for r in study.analyse(fid)["hacking"] if r["hacked"]} == set(study.ARMS)
+    assert "### Reward hacking" in study.report(study.analyse(rows), {"A"})
+
+
+def test_training_time_and_queries_per_arm():
+    tab = study.analyse(_curve_rows())["time"]
+    assert len(tab) == len(study.ARMS)
+    rec = next(r for r in tab if r["arm"] == "recast")
+    assert rec["runs"] == 4 and rec["mean_s"] == pytest.approx(101.5) and rec["total_s"] == pytest.approx(406)
+    assert rec["reward_queries_proxy"] == 2880 and next(r for r in tab if r["arm"] == "uniform")[
+        "reward_queries_proxy"] == 0
+    assert "CPU-hours" in study.report(study.analyse(_curve_rows()), {"A"})
+
+
+def test_figures_name_the_weights_they_evaluate(tmp_path, monkeypatch):
+    rows = _curve_rows() + _curve_rows(setting="quality", metric="judge/fid", ema=0.9)
+    assert study._policy(rows, "quality") == "EMA of the weights, decay 0.9"
+    assert study._policy(rows, "compose") == "the trained weights"
+    assert study._policy([], "compose") == "weights not recorded"
+    titles = []
+    import matplotlib.axes
+
+    orig = matplotlib.axes.Axes.set_title
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_title", lambda self, t, *a, **k: (titles.append(t),
+                                                                                       orig(self, t, *a, **k))[1])
+    paths = study.figures(rows, study.analyse(rows), tmp_path)
+    assert [p.name for p in paths] == ["study_primary.png", "study_curves.png"] and all(p.stat().st_size for p in paths)
+    assert any("compose" in t and "trained weights" in t for t in titles)
+    assert any("quality" in t and "EMA" in t for t in titles)
+    assert not any("compose" in t and "EMA" in t for t in titles)
+
+
+def test_collect_reads_a_finished_run_and_skips_an_unfinished_one(tmp_path):
+    from recast.config import preset
+    from recast.experiments.sweep import SweepRun
+    from recast.trainer import train
+
+    done, half = tmp_path / "done", tmp_path / "half"
+    train(preset("ci", iterations=2, eval_every=1, eval_prompts=2), done)
+    train(preset("ci", iterations=1, eval_every=1, eval_prompts=2), half)
+    cfg = json.loads((half / "config.json").read_text())
+    cfg["iterations"] = 2  # planned for 2, stopped after 1
+    (half / "config.json").write_text(json.dumps(cfg))
+    runs = [SweepRun("compose", "default", (), "recast", 0, done, ()), SweepRun("compose", "default", (), "recast", 1,
+                                                                                 half, ())]
+    rows = study.collect(runs, "A")
+    assert {r["seed"] for r in rows} == {0}
+    evals = sorted({r["iteration"] for r in rows if r["metric"].startswith("judge/")})
+    c = json.loads((done / "config.json").read_text())
+    B = int(c["prompts_per_iter"]) * int(c["group_size"])
+    assert evals == [0, 1, 2] and all(r["images"] == r["iteration"] * B for r in rows if r["metric"].startswith("judge/"))
+    metrics = {r["metric"] for r in rows}
+    assert {"time/train_s", "config/ema_decay", "queries/reward_queries", "W/max_rel_departure"} <= metrics
+    W = np.asarray(json.loads((done / "metrics.jsonl").read_text().splitlines()[-1])["W"])
+    dep = next(r["value"] for r in rows if r["metric"] == "W/max_rel_departure")
+    assert dep == pytest.approx(float(np.abs(W / (W.sum(1, keepdims=True) / W.shape[1]) - 1).max()))

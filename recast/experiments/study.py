@@ -3,6 +3,8 @@
     python -m recast.experiments.study run --stage A --jobs 2     # train a stage's runs (resumable; finished are kept)
     python -m recast.experiments.study collect --stage A          # their evaluations -> research/study/data/A.csv
     python -m recast.experiments.study analyse                    # every table of the results page, from data/
+    python -m recast.experiments.study report                     # those tables as markdown
+    python -m recast.experiments.study figures --figures DIR      # the page's figures
 
 Runs are `python -m recast train` commands on the sweep machinery (`recast.experiments.sweep`), under
 ``runs/study/<stage>/<setting>/<budget>/<arm>-<backend>/seed_<s>``. `collect` keeps each run's evaluation curve
@@ -22,7 +24,7 @@ import numpy as np
 from recast.experiments.sweep import SweepRun, budget_grid, is_finished, lambda_grid, run_sweep
 
 __all__ = ["ARMS", "STAGES", "STUDY_DIR", "plan_stage", "collect", "paired_table", "tost", "auc",
-           "images_to_reach", "analyse"]
+           "images_to_reach", "analyse", "report", "figures"]
 
 STUDY_DIR = Path(__file__).resolve().parents[2] / "research" / "study"
 SEEDS = tuple(range(10))  # research/study/power.json
@@ -112,6 +114,12 @@ def collect(runs: list[SweepRun], stage: str) -> list[dict]:
                                  metric=f"W/early_share/{name}", value=float(W[k, :half].sum() / W[k].sum())))
         rows.append(dict(key, iteration=r.metrics[-1]["iteration"], images=0, metric="time/train_s",
                          value=float(sum(m.get("time/total", 0.0) for m in r.metrics))))
+        rows.append(dict(key, iteration=r.metrics[-1]["iteration"], images=0, metric="config/ema_decay",
+                         value=float(r.config.get("ema_decay", 0.0))))
+        for name in ("reward_queries", "reward_queries_proxy"):  # the x̂_0 rewards ReCAST scores are extra queries
+            if isinstance(r.metrics[-1].get(name), (int, float)):
+                rows.append(dict(key, iteration=r.metrics[-1]["iteration"], images=0, metric=f"queries/{name}",
+                                 value=float(r.metrics[-1][name])))
     return rows
 
 
@@ -205,7 +213,7 @@ def analyse(rows: list[dict]) -> dict[str, list[dict]]:
     judges = sorted({r["metric"] for r in rows if r["metric"].startswith("judge/")})
     others = [a for a in ARMS if a != "recast"]
     tables: dict[str, list[dict]] = {"primary": [], "secondary": [], "pooled": [], "tost": [], "efficiency": [],
-                                     "null": [], "replay": [], "grpo": []}
+                                     "null": [], "replay": [], "grpo": [], "hacking": [], "time": []}
     A = [r for r in rows if r["stage"] == "A"]
     for setting, metric in PRIMARY.items():
         tables["primary"] += paired_table(A, setting=setting, budget="default", metrics=[metric], arm="recast",
@@ -230,6 +238,8 @@ def analyse(rows: list[dict]) -> dict[str, list[dict]]:
     E = [r for r in rows if r["stage"] == "E"]
     if E:
         tables["replay"] = _replay(E, A)
+    tables["hacking"] = _hacking(A)
+    tables["time"] = _wall_time(rows)
     return tables
 
 
@@ -344,6 +354,66 @@ def _replay(E, A) -> list[dict]:
     return out
 
 
+def _t_interval(d) -> tuple[float, float, float]:
+    from scipy.stats import t as student_t
+
+    d = np.asarray(d, dtype=float)
+    q = float(student_t.ppf(0.975, len(d) - 1)) * float(d.std(ddof=1)) / math.sqrt(len(d))
+    return float(d.mean()), float(d.mean() - q), float(d.mean() + q)
+
+
+def _hacking(A) -> list[dict]:
+    """The reward-hacking check of the pre-registration's reading rule: per setting and arm, each held-out judge's
+    change from the base model (iteration 0) to the final evaluation, paired per seed, beside the change of the
+    weighted training reward on the same test prompts. A judge whose 95 % interval lies wholly on its worse side
+    while the reward's lies wholly above 0 is flagged ``hacked``."""
+    out = []
+    for setting in PRIMARY:
+        for arm in ARMS:
+            def change(metric):
+                first: dict = {}
+                last: dict = {}
+                for r in A:
+                    if (r["setting"], r["budget"], r["arm"], r["metric"]) == (setting, "default", arm, metric):
+                        if r["seed"] not in first or r["iteration"] < first[r["seed"]][0]:
+                            first[r["seed"]] = (r["iteration"], r["value"])
+                        if r["seed"] not in last or r["iteration"] > last[r["seed"]][0]:
+                            last[r["seed"]] = (r["iteration"], r["value"])
+                seeds = sorted(s for s in first if last[s][0] > first[s][0])
+                return [last[s][1] - first[s][1] for s in seeds]
+
+            reward = change("reward/weighted")
+            if len(reward) < 2:
+                continue
+            rw, rlo, rhi = _t_interval(reward)
+            judges = sorted({r["metric"] for r in A if r["setting"] == setting and r["arm"] == arm and
+                             r["metric"].startswith("judge/")})
+            for metric in judges:
+                d = change(metric)
+                if len(d) < 2:
+                    continue
+                m, lo, hi = _t_interval(d)
+                worse = hi < 0 if _better_sign(metric) > 0 else lo > 0
+                out.append(dict(setting=setting, arm=arm, metric=metric, n=len(d), diff=m, ci_low=lo, ci_high=hi,
+                                reward_change=rw, reward_ci_low=rlo, reward_ci_high=rhi,
+                                hacked=bool(worse and rlo > 0)))
+    return out
+
+
+def _wall_time(rows) -> list[dict]:
+    """Each arm's training time per run (the trainer's own iteration clock, one thread, two runs sharing 2 cores)."""
+    out = []
+    keys = sorted({(r["stage"], r["setting"], r["budget"], r["arm"]) for r in rows if r["metric"] == "time/train_s"})
+    for stage, setting, budget, arm in keys:
+        v = [r["value"] for r in rows if (r["stage"], r["setting"], r["budget"], r["arm"], r["metric"]) ==
+             (stage, setting, budget, arm, "time/train_s")]
+        q = {m: [r["value"] for r in rows if (r["stage"], r["setting"], r["budget"], r["arm"], r["metric"]) ==
+                 (stage, setting, budget, arm, f"queries/{m}")] for m in ("reward_queries", "reward_queries_proxy")}
+        out.append(dict(stage=stage, setting=setting, budget=budget, arm=arm, runs=len(v), mean_s=float(np.mean(v)),
+                        total_s=float(np.sum(v)), **{m: float(np.mean(x)) if x else math.nan for m, x in q.items()}))
+    return out
+
+
 def _fmt(r: dict, key: str = "diff") -> str:
     fid = r["metric"] == "judge/fid"
     f = "{:+.1f} [{:+.1f}, {:+.1f}]" if fid else "{:+.3f} [{:+.3f}, {:+.3f}]"
@@ -386,11 +456,106 @@ def report(tables: dict[str, list[dict]], stages: set[str]) -> str:
                     "|---|---|---|---|---|---|"]
             out += [f"| {r['setting']} | {r['metric'].removeprefix('judge/')} | {r.get('comparison', r['arm'] + ' − ' + r['baseline'])} | "
                     f"{r['n']} | {_fmt(r)} | {r.get('verdict_holm', '')} |" for r in rows]
+    hacked = [r for r in tables.get("hacking", []) if r["hacked"]]
+    if tables.get("hacking"):
+        out += ["", f"### Reward hacking: held-out judges that fell while the weighted reward rose "
+                f"({len(hacked)} of {len(tables['hacking'])} arm × judge cells, final − base model, 95 % CI)", ""]
+        out += [f"- {r['setting']}, {r['arm']}, {r['metric'].removeprefix('judge/')}: {_fmt(r)} while the weighted "
+                f"reward moved {r['reward_change']:+.3f} [{r['reward_ci_low']:+.3f}, {r['reward_ci_high']:+.3f}]"
+                for r in hacked] or ["- none"]
+    if tables.get("time"):
+        total = sum(r["total_s"] for r in tables["time"])
+        out += ["", f"### Training time (the trainer's clock; {total / 3600:.1f} CPU-hours over "
+                f"{sum(r['runs'] for r in tables['time'])} runs, evaluation not included)", "",
+                "| stage | setting | budget | arm | runs | mean s per run | reward queries: images / x̂_0 proxies |",
+                "|---|---|---|---|---|---|---|"]
+        out += [f"| {r['stage']} | {r['setting']} | {r['budget']} | {r['arm']} | {r['runs']} | {r['mean_s']:.0f} | "
+                f"{r['reward_queries']:.0f} / {r['reward_queries_proxy']:.0f} |" for r in tables["time"]]
     if tables["null"]:
         out += ["", "### W's departure from λ/T: the real-trainer null beside live ReCAST", "",
                 "| runs | n | mean max |W/(λ/T) − 1| | sd | max |", "|---|---|---|---|---|"]
         out += [f"| {r['run']} | {r['n']} | {r['mean']:.3f} | {r['sd']:.3f} | {r['max']:.3f} |" for r in tables["null"]]
     return "\n".join(out) + "\n"
+
+
+_NAMES = {"judge/color": "colour pass rate", "judge/fid": "Fréchet distance (lower is better)"}
+
+
+def _policy(rows, setting) -> str:
+    """Which weights a setting's evaluations sampled, from the runs' recorded ``ema_decay`` (the evaluation samples
+    the EMA, which is the trained weights at decay 0)."""
+    v = {r["value"] for r in rows if r["setting"] == setting and r["metric"] == "config/ema_decay"}
+    if not v:
+        return "weights not recorded"
+    if len(v) > 1:
+        return "EMA or trained weights by run"
+    d = v.pop()
+    return f"EMA of the weights, decay {d:g}" if d > 0 else "the trained weights"
+
+
+def figures(rows: list[dict], tables: dict[str, list[dict]], out_dir) -> list[Path]:
+    """The results page's figures: the primary family as paired differences with their intervals (filled where the
+    difference survives Holm), and each arm's dense evaluation curve with ReCAST − uniform per evaluation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    prim = tables["primary"]
+    if prim:
+        fig, axes = plt.subplots(1, len(PRIMARY), figsize=(5.2 * len(PRIMARY), 3.4), squeeze=False)
+        for ax, (setting, metric) in zip(axes[0], PRIMARY.items()):
+            rs = [r for r in prim if r["setting"] == setting]
+            for y, r in enumerate(rs):
+                held = r["verdict_holm"] != "tie"
+                ax.errorbar(r["diff"], y, xerr=[[r["diff"] - r["ci_low"]], [r["ci_high"] - r["diff"]]], fmt="o",
+                            color="C3" if r["verdict_holm"] == "loss" else "C2" if held else "0.3",
+                            mfc=None if held else "white", capsize=3)
+            ax.axvline(0, color="0.6", lw=0.8)
+            ax.set_yticks(range(len(rs)), [r["baseline"] for r in rs])
+            ax.invert_yaxis()
+            ax.set_xlabel(f"ReCAST − baseline, {_NAMES.get(metric, metric)}")
+            n = rs[0]["n"] if rs else 0
+            ax.set_title(f"{setting}: final evaluation, {n} seeds, 95 % CI\n({_policy(rows, setting)}; filled: "
+                         f"survives Holm over the six)", fontsize=9)
+        fig.tight_layout()
+        paths.append(out_dir / "study_primary.png")
+        fig.savefig(paths[-1], dpi=130)
+        plt.close(fig)
+    A = [r for r in rows if r["stage"] == "A"]
+    if A:
+        fig, axes = plt.subplots(2, len(PRIMARY), figsize=(5.2 * len(PRIMARY), 6.4), squeeze=False, sharex="col")
+        for c, (setting, metric) in enumerate(PRIMARY.items()):
+            for k, arm in enumerate(ARMS):
+                cur = _curves(A, setting, "default", arm, metric)
+                if not cur:
+                    continue
+                xs = sorted({x for v in cur.values() for x, _ in v})
+                ys = [np.mean([dict(v)[x] for v in cur.values() if x in dict(v)]) for x in xs]
+                axes[0, c].plot(xs, ys, marker=".", lw=2.2 if arm == "recast" else 1.0, color=f"C{k}", label=arm)
+            axes[0, c].set_ylabel(_NAMES.get(metric, metric))
+            axes[0, c].set_title(f"{setting}: seed mean per evaluation ({_policy(rows, setting)})", fontsize=9)
+            mine, base = (_curves(A, setting, "default", a, metric) for a in ("recast", "uniform"))
+            seeds = sorted(set(mine) & set(base))
+            if len(seeds) >= 2:
+                xs = sorted({x for s in seeds for x, _ in mine[s]} & {x for s in seeds for x, _ in base[s]})
+                band = [_t_interval([dict(mine[s])[x] - dict(base[s])[x] for s in seeds]) for x in xs]
+                axes[1, c].plot(xs, [b[0] for b in band], color="C2")
+                axes[1, c].fill_between(xs, [b[1] for b in band], [b[2] for b in band], color="C2", alpha=0.25)
+                axes[1, c].axhline(0, color="0.6", lw=0.8)
+                axes[1, c].set_title(f"ReCAST − uniform, paired over {len(seeds)} seeds, 95 % CI per evaluation "
+                                     "(uncorrected)", fontsize=9)
+            axes[1, c].set_xlabel("training images")
+            axes[1, c].set_ylabel("difference")
+        axes[0, 0].legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        paths.append(out_dir / "study_curves.png")
+        fig.savefig(paths[-1], dpi=130)
+        plt.close(fig)
+    return paths
 
 
 def _read(path: Path) -> list[dict]:
@@ -405,11 +570,13 @@ def _read(path: Path) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("command", choices=("run", "collect", "analyse", "report", "list"))
+    ap.add_argument("command", choices=("run", "collect", "analyse", "report", "figures", "list"))
     ap.add_argument("--stage", default="A")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out-root", default="runs/study")
     ap.add_argument("--data", default=str(STUDY_DIR / "data"))
+    ap.add_argument("--figures", default="runs/study/figures", help="where `figures` writes (the page's figures: "
+                    "research/study/figures)")
     a = ap.parse_args(argv)
     runs = plan_stage(a.stage, out_root=a.out_root) if a.command in ("run", "collect", "list") else []
     if a.command == "list":
@@ -440,6 +607,10 @@ def main(argv=None) -> int:
     tables = analyse(rows)
     if a.command == "report":
         print(report(tables, {r["stage"] for r in rows}), end="")
+        return 0
+    if a.command == "figures":
+        for path in figures(rows, tables, a.figures):
+            print(path)
         return 0
     out.mkdir(parents=True, exist_ok=True)
     for name, table in tables.items():
