@@ -106,7 +106,25 @@ def sweep_table(results: Path = TABLES) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-TABLE_FUNCS = {"demo": demo_table, "sweep": sweep_table}
+def study_table(results: Path = TABLES) -> str:
+    """The pre-registered study's primary family (research/study/results/primary.csv, written by
+    `python -m recast.experiments.study analyse` from the committed per-seed data): ReCAST against each arm on each
+    setting's primary endpoint, with its interval and Holm's verdict over the six comparisons."""
+    path = results.parent / "study" / "results" / "primary.csv"
+    rows = _rows(path)
+    out = ["| setting (primary endpoint) | baseline | seeds | ReCAST − baseline [95 % CI] | after Holm |",
+           "|---|---|---|---|---|"]
+    for r in rows:
+        fid = r["metric"].endswith("fid")
+        f = "{:+.1f} [{:+.1f}, {:+.1f}]" if fid else "{:+.3f} [{:+.3f}, {:+.3f}]"
+        cell = f.format(float(r["diff"]), float(r["ci_low"]), float(r["ci_high"]))
+        name = r["metric"].removeprefix("judge/") + (", lower is better" if fid else "")
+        verdict = {"win": "**ReCAST better**", "loss": "*ReCAST worse*"}.get(r["verdict_holm"], "tie")
+        out.append(f"| {r['setting']} ({name}) | {r['baseline']} | {r['n']} | {cell} | {verdict} |")
+    return "\n".join(out) + "\n"
+
+
+TABLE_FUNCS = {"demo": demo_table, "sweep": sweep_table, "study": study_table}
 
 
 def render(text: str, results: Path = TABLES) -> str:

@@ -152,7 +152,7 @@ def test_training_time_and_queries_per_arm():
     assert rec["runs"] == 4 and rec["mean_s"] == pytest.approx(101.5) and rec["total_s"] == pytest.approx(406)
     assert rec["reward_queries_proxy"] == 2880 and next(r for r in tab if r["arm"] == "uniform")[
         "reward_queries_proxy"] == 0
-    assert "CPU-hours" in study.report(study.analyse(_curve_rows()), {"A"})
+    assert "hours on the trainer's clock" in study.report(study.analyse(_curve_rows()), {"A"})
 
 
 def test_figures_name_the_weights_they_evaluate(tmp_path, monkeypatch):
@@ -197,3 +197,43 @@ def test_collect_reads_a_finished_run_and_skips_an_unfinished_one(tmp_path):
     W = np.asarray(json.loads((done / "metrics.jsonl").read_text().splitlines()[-1])["W"])
     dep = next(r["value"] for r in rows if r["metric"] == "W/max_rel_departure")
     assert dep == pytest.approx(float(np.abs(W / (W.sum(1, keepdims=True) / W.shape[1]) - 1).max()))
+
+
+def _committed_rows():
+    return [r for p in sorted((ROOT / "research/study/data").glob("*.csv")) for r in study._read(p)]
+
+
+def test_the_committed_results_rederive_from_the_committed_per_seed_data():
+    """research/study/results/*.csv are `analyse` of research/study/data/*.csv, and every table on the results page is
+    `report` of them: nothing on the page is typed by hand."""
+    from recast.io import read_csv
+
+    rows = _committed_rows()
+    assert rows, "the study's per-seed data is committed"
+    tables = study.analyse(rows)
+    results = ROOT / "research/study/results"
+    assert {p.stem for p in results.glob("*.csv")} == {k for k, v in tables.items() if v}
+    for name, table in tables.items():
+        if not table:
+            continue
+        committed = read_csv(results / f"{name}.csv")
+        assert len(committed) == len(table), name
+        for want, got in zip(committed, table):
+            for k, v in got.items():
+                if isinstance(v, float) and math.isfinite(v):
+                    assert want[k] == pytest.approx(v, rel=1e-9, abs=1e-12), (name, k)
+                elif isinstance(v, float):  # write_csv stores inf and nan as empty cells (JSON has neither)
+                    assert want[k] is None or str(want[k]) == str(v), (name, k)
+                else:
+                    assert str(want[k]) == str(v), (name, k)
+    page = (ROOT / "research/study/README.md").read_text()
+    block = page.split("<!-- report -->\n", 1)[1].split("<!-- /report -->", 1)[0]
+    assert block == study.report(tables, {r["stage"] for r in rows})
+
+
+def test_budget_pooling_needs_two_budgets_and_averages_per_seed():
+    one = _rows([0.02, 0.04, 0.03, 0.05])
+    assert study.analyse(one)["pooled"] == []
+    two = one + [dict(r, budget="color-heavy") for r in _rows([0.0, 0.02, 0.01, 0.03])]
+    (r,) = [x for x in study.analyse(two)["pooled"] if x["baseline"] == "uniform"]
+    assert r["budgets"] == 2 and r["diff"] == pytest.approx(0.025) and r["n"] == 4

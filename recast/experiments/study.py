@@ -302,6 +302,8 @@ def _pooled(rows, judges) -> list[dict]:
     out = []
     for setting in PRIMARY:
         budgets = sorted({r["budget"] for r in rows if r["setting"] == setting and r["budget"] not in ("null",)})
+        if len(budgets) < 2:  # one budget: nothing pooled (the primary and secondary tables already hold it)
+            continue
         for base in ("uniform", "fixed_gt"):
             fam = []
             for metric in judges:
@@ -442,7 +444,7 @@ def report(tables: dict[str, list[dict]], stages: set[str]) -> str:
                 for r in tables["tost"]]
     if tables["efficiency"]:
         out += ["", "### Sample efficiency (primary endpoint, evaluation every 3 iterations on 256 prompts)", "",
-                "| setting | ReCAST − uniform, area under the curve [95 % CI] | threshold (uniform's final mean) | "
+                "| setting | ReCAST's advantage over uniform in area under the curve, positive = ReCAST better [95 % CI] | threshold (uniform's final mean) | "
                 "seeds reaching it: ReCAST / uniform | median images: ReCAST / uniform |", "|---|---|---|---|---|"]
         out += [f"| {r['setting']} | {r['auc_advantage']:+.4f} [{r['auc_ci_low']:+.4f}, {r['auc_ci_high']:+.4f}] | "
                 f"{r['threshold']:.4f} | {r['recast_reached']} / {r['uniform_reached']} of {r['n']} | "
@@ -465,8 +467,9 @@ def report(tables: dict[str, list[dict]], stages: set[str]) -> str:
                 for r in hacked] or ["- none"]
     if tables.get("time"):
         total = sum(r["total_s"] for r in tables["time"])
-        out += ["", f"### Training time (the trainer's clock; {total / 3600:.1f} CPU-hours over "
-                f"{sum(r['runs'] for r in tables['time'])} runs, evaluation not included)", "",
+        out += ["", f"### Training time and reward queries ({total / 3600:.1f} hours on the trainer's clock over "
+                f"{sum(r['runs'] for r in tables['time'])} runs, evaluation not included; wall time on 2 shared "
+                "cores, two runs at a time beside other jobs, so it is not a cost comparison between arms)", "",
                 "| stage | setting | budget | arm | runs | mean s per run | reward queries: images / x̂_0 proxies |",
                 "|---|---|---|---|---|---|---|"]
         out += [f"| {r['stage']} | {r['setting']} | {r['budget']} | {r['arm']} | {r['runs']} | {r['mean_s']:.0f} | "
