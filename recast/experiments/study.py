@@ -357,11 +357,11 @@ def _replay(E, A) -> list[dict]:
 
 
 def _t_interval(d) -> tuple[float, float, float]:
-    from scipy.stats import t as student_t
+    """The mean of per-seed differences ``d`` with its 95 % t-interval (`recast.stats.paired_difference` against 0)."""
+    from recast.stats import paired_difference
 
-    d = np.asarray(d, dtype=float)
-    q = float(student_t.ppf(0.975, len(d) - 1)) * float(d.std(ddof=1)) / math.sqrt(len(d))
-    return float(d.mean()), float(d.mean() - q), float(d.mean() + q)
+    r = paired_difference(d, np.zeros(len(d)))
+    return r.mean, r.ci_low, r.ci_high
 
 
 def _hacking(A) -> list[dict]:
@@ -369,36 +369,29 @@ def _hacking(A) -> list[dict]:
     change from the base model (iteration 0) to the final evaluation, paired per seed, beside the change of the
     weighted training reward on the same test prompts. A judge whose 95 % interval lies wholly on its worse side
     while the reward's lies wholly above 0 is flagged ``hacked``."""
+    from recast.stats import paired_difference
+
+    def change(setting, arm, metric):  # final − first evaluation, per seed with at least two evaluations
+        curves = _curves(A, setting, "default", arm, metric).values()
+        return [max(c)[1] - min(c)[1] for c in curves if len(c) > 1]
+
     out = []
     for setting in PRIMARY:
         for arm in ARMS:
-            def change(metric):
-                first: dict = {}
-                last: dict = {}
-                for r in A:
-                    if (r["setting"], r["budget"], r["arm"], r["metric"]) == (setting, "default", arm, metric):
-                        if r["seed"] not in first or r["iteration"] < first[r["seed"]][0]:
-                            first[r["seed"]] = (r["iteration"], r["value"])
-                        if r["seed"] not in last or r["iteration"] > last[r["seed"]][0]:
-                            last[r["seed"]] = (r["iteration"], r["value"])
-                seeds = sorted(s for s in first if last[s][0] > first[s][0])
-                return [last[s][1] - first[s][1] for s in seeds]
-
-            reward = change("reward/weighted")
+            reward = change(setting, arm, "reward/weighted")
             if len(reward) < 2:
                 continue
-            rw, rlo, rhi = _t_interval(reward)
+            rw = paired_difference(reward, np.zeros(len(reward)))
             judges = sorted({r["metric"] for r in A if r["setting"] == setting and r["arm"] == arm and
                              r["metric"].startswith("judge/")})
             for metric in judges:
-                d = change(metric)
+                d = change(setting, arm, metric)
                 if len(d) < 2:
                     continue
-                m, lo, hi = _t_interval(d)
-                worse = hi < 0 if _better_sign(metric) > 0 else lo > 0
-                out.append(dict(setting=setting, arm=arm, metric=metric, n=len(d), diff=m, ci_low=lo, ci_high=hi,
-                                reward_change=rw, reward_ci_low=rlo, reward_ci_high=rhi,
-                                hacked=bool(worse and rlo > 0)))
+                j = paired_difference(d, np.zeros(len(d)), higher_is_better=_better_sign(metric) > 0)
+                out.append(dict(setting=setting, arm=arm, metric=metric, n=j.n, diff=j.mean, ci_low=j.ci_low,
+                                ci_high=j.ci_high, reward_change=rw.mean, reward_ci_low=rw.ci_low,
+                                reward_ci_high=rw.ci_high, hacked=bool(j.verdict == "loss" and rw.ci_low > 0)))
     return out
 
 
