@@ -34,7 +34,7 @@ def main(argv=None) -> dict:
         sets = parse_overrides(args.set)
     except ValueError as err:
         ap.error(str(err))
-    cfg = preset(args.preset, setting=args.setting, method="recast", iterations=args.iterations, progress=False,
+    cfg = preset(args.preset, setting=args.setting, method="recast_live", iterations=args.iterations, progress=False,
                  eval_every=0, **sets)
     cuda = cfg.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)

@@ -40,8 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "runs of these settings are reused, killed ones continue)")
     d.add_argument("--figure", default=None, help="figure name, written beside the results (default: demo_<setting>)")
     from recast.experiments import profile
+    from recast.experiments.weights_cli import add_weights_parser
 
     profile.add_parser(sub)
+    add_weights_parser(sub)
     return ap
 
 
@@ -102,6 +104,10 @@ def _main(argv: list[str] | None = None) -> int:
         from recast.experiments import profile
 
         return profile.run(args)
+    if args.command == "weights":
+        from recast.experiments.weights_cli import run_weights
+
+        return run_weights(args)
     from recast.trainer.rundir import EXIT_BUSY, RunDirBusyError
 
     try:

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-METHODS = ("recast", "uniform", "reward_sum", "fixed", "per_step", "otca")
+from recast.credit.methods import AGGREGATIONS, KERNELS, METHODS  # the credit methods, by name
 BACKENDS = ("nft", "grpo")
 STD_SCOPES = ("global", "group")
 NFT_NORMS = ("velocity", "x0", "none")  # adaptive normalisation of the NFT loss (docs/method.md §4)
@@ -35,7 +35,14 @@ class TrainConfig:
     rewards: tuple[str, ...] = ()  # explicit reward names (overrides `setting` when non-empty)
     lam: tuple[float, ...] = ()  # budgets lambda_k >= 0, one per reward, normalised to sum 1; () = the setting's
     #                              default budgets (`resolve_budgets`: equal unless the world sets them)
-    method: str = "recast"  # recast | uniform | reward_sum | fixed (docs/method.md §3, §6) | per_step | otca (baselines)
+    method: str = "recast"  # recast (the paper's: W from a weight table built offline) | static (its baseline,
+    #                         W = lam/T) | recast_live (our first reading: W estimated live) | uniform | reward_sum |
+    #                         fixed | per_step | otca (recast.credit.METHODS; docs/method.md "Methods")
+    aggregation: str = "auto"  # how raw rewards become the signal: auto (the method's own) | pre (the paper's: mixed
+    #                            by T*W, normalised per step in each prompt group) | loss | per_reward (ours)
+    weight_file: str = "auto"  # method recast: the density-ratio profile (solved for lam at the start) or weight
+    #                            table (its lam must be the run's) W comes from; auto = the world's committed profile
+    kernel: str = "auto"  # the live W's kernel (recast_live): auto (power) | exp (the paper's) | power (ours)
     fixed_W: tuple[tuple[float, ...], ...] = ()  # (K, T) W for method="fixed": rows sum to lam, columns to sum(lam)/T
     step_credit_eps: float = 1e-3  # per_step / otca: added to each step's clipped similarity gain before normalising
     otca_explore: float = 0.5  # otca: weight of the budgets lam mixed into each sample's min-norm reward coefficients
@@ -92,7 +99,7 @@ class TrainConfig:
     #                            as many replayed as fresh); they cost no reward queries (raw rewards are stored)
     replay_priority: str = "advantage"  # recency (1 / age) | advantage (sum_k lam_k |A_k|) | informativeness
     #                                     (|A_k| weighted by lam_k x the reward's D gain over the trained columns;
-    #                                     method="recast" only)
+    #                                     method="recast_live" only)
     replay_capacity: int = 256  # samples the buffer holds; the oldest go first when it is full
     replay_max_age: int = 8  # a sample is replayed at most this many iterations after it was drawn, then dropped
 
@@ -158,12 +165,29 @@ def _tuplify(v):
     return tuple(_tuplify(x) for x in v) if isinstance(v, list) else v
 
 
+# The paper's recipe (docs/method.md §0) at the digit world's sizes: the release's choices (the "pre" aggregation of
+# raw rewards through a W built once, offline, from the world's committed density-ratio profile; DiffusionNFT's
+# x0-space loss; the Euler sampler; every step but one trained per sample; no EMA (the trained weights are evaluated);
+# the old adapter's warm-up decay d = 0.5 min(updates / 500, 1); one optimiser update per iteration; per-group std),
+# with the world's grid (6 Euler steps, shift 3), batch (4 prompts x 8 samples, 30 iterations) and the optimiser and KL
+# weight tuned for it on the uniform baseline (the comment of the "reading" preset says how). nft_beta stays 1: the
+# release's 0.1 was set for SD3.5-Medium's LoRA and has not been tried here.
+_PAPER_CPU = dict(world="data/digit_base", iterations=30, prompts_per_iter=4, group_size=8, num_steps=6,
+                  train_columns=5, lora_rank=8, lora_alpha=16.0, lr=1e-3, eval_prompts=64, eval_every=15, kl_beta=1.0,
+                  method="recast", nft_norm="x0", ema_decay=0.0, num_threads=1)
+
 _PRESETS = {
-    # seconds: a random tiny world, 2 prompts x 2 samples, 4 steps
+    # seconds: a random tiny world, 2 prompts x 2 samples, 4 steps, on any world. Its method is the paper's static
+    # baseline, which needs no weight table; --method recast on the "tiny" world reads its committed smoke profile
+    # (data/profiles/tiny_renderings_T4.npz: a valid W for its rewards and grid, whose timing means nothing)
     "ci": dict(world="tiny", iterations=4, prompts_per_iter=2, group_size=2, num_steps=4, informativeness_subset=4,
                lora_rank=4, lora_alpha=8.0, eval_prompts=4, progress=False, tracker_min_pairs=2,
-               tracker_bootstrap=16, num_threads=1),
-    # minutes on 2 CPU cores with the committed base model
+               tracker_bootstrap=16, num_threads=1, method="static"),
+    # the paper's recipe on 2 CPU cores in minutes (above); "cpu" is its everyday name
+    "paper": _PAPER_CPU,
+    "cpu": _PAPER_CPU,
+    # our first reading of the abstract at CPU size: the recipe of the study's stage A (research/study/), kept so its
+    # runs re-derive; its method is recast_live (W estimated live, rewards normalised one by one)
     # (groups of 8 and lr 1e-3: with 4 x 4 samples and lr 3e-3 Adam turned mostly-noise gradients into full-size
     # steps and both methods drifted below the base model; tuned on the uniform baseline only)
     # kl_beta: 1, raised per reward setting where the uniform baseline (3 seeds) fails at 1 (`_SETTING_DEFAULTS`).
@@ -184,25 +208,23 @@ _PRESETS = {
     # sharpness-heavy after this tuning (recast.worlds.digits.rewards.BUDGETS); with them 1 still fails (16 fresh draws
     # pooled: colour -0.068 +- 0.058, strict -0.011 +- 0.003), so 2 stays. Tuned on uniform only. A reward list
     # (`rewards=`) or another setting gets the preset's values; an explicit field always wins.
-    "cpu": dict(world="data/digit_base", iterations=30, prompts_per_iter=4, group_size=8, num_steps=6,
-                train_columns=3, lora_rank=8, lora_alpha=16.0, lr=1e-3, eval_prompts=64,
-                eval_every=15, kl_beta=1.0),  # torch's default threads: 55 s of training on 2 cores
-    # one GPU, a larger digit-world run
-    # The tracker's estimate is CPU work that grows with the pooled pairs; on an H200 it cost 15 % of an iteration
-    # with every sample's x0_hat scored and W re-solved each iteration, 1.8 % with 32 samples every 4th iteration
-    # (benchmarks/README.md; 32 samples x 9 columns x a 16-iteration window still pools ~460 pairs per column).
+    "reading": dict(world="data/digit_base", iterations=30, prompts_per_iter=4, group_size=8, num_steps=6,
+                    train_columns=3, lora_rank=8, lora_alpha=16.0, lr=1e-3, eval_prompts=64, eval_every=15,
+                    kl_beta=1.0, method="recast_live"),
+    # one GPU, a larger digit-world run of the paper's recipe (its 10-step grid has its own committed profile)
     "gpu": dict(world="data/digit_base", device="cuda", iterations=400, prompts_per_iter=16, group_size=8,
-                num_steps=10, train_columns=9, lora_rank=32, lora_alpha=64.0, lr=3e-4, kl_beta=1.0,
-                informativeness_subset=32, recast_every=4,
-                eval_prompts=256, eval_every=50, checkpoint_every=50, grid_every=50),
-    # SD3.5-Medium at DiffusionNFT's scale (docs/paper-scale.md); never run on these machines. Per process:
-    # 6 prompts x 24 samples, so 8 GPUs draw DiffusionNFT's 48 prompts x 24 images per iteration, in micro-batches
-    # of 9 (16 accumulation steps); 10 steps, 9 of them trained; LoRA r32 / alpha 64, AdamW 3e-4, bf16. Point
-    # --world at a local pipeline folder (or a hub id where downloads are allowed).
+                num_steps=10, train_columns=9, lora_rank=32, lora_alpha=64.0, lr=3e-4, kl_beta=1.0, method="recast",
+                nft_norm="x0", ema_decay=0.0, eval_prompts=256, eval_every=50, checkpoint_every=50, grid_every=50),
+    # SD3.5-Medium (docs/paper-scale.md; configs/paper/ hold the paper's own experiments); never run on these
+    # machines. Per process: 6 prompts x 24 samples, so 8 GPUs draw 48 prompts x 24 images per iteration, in
+    # micro-batches (16 accumulation steps); the release's 25 Euler steps, 24 trained per sample; LoRA r32 / alpha 64,
+    # AdamW 3e-4, bf16, nft_beta 0.1, kl_beta 1e-4, x0-space loss, no EMA. method recast needs a weight_file (a
+    # profile made with `recast profile --proposal DIR` on this grid). Point --world at a local pipeline folder.
     "sd35": dict(world="sd3:stabilityai/stable-diffusion-3.5-medium", setting="composition", device="cuda",
-                 mixed_precision="bf16", iterations=300, prompts_per_iter=6, group_size=24, num_steps=10,
-                 train_columns=9, informativeness_subset=32, grad_accum=16, lora_rank=32, lora_alpha=64.0, lr=3e-4,
-                 eval_prompts=64, eval_every=25, checkpoint_every=25, grid_every=25),
+                 mixed_precision="bf16", iterations=300, prompts_per_iter=6, group_size=24, num_steps=25,
+                 train_columns=24, informativeness_subset=32, grad_accum=16, lora_rank=32, lora_alpha=64.0, lr=3e-4,
+                 nft_beta=0.1, kl_beta=1e-4, nft_norm="x0", ema_decay=0.0, std_scope="group", method="recast",
+                 weight_file="", eval_prompts=64, eval_every=25, checkpoint_every=25, grid_every=25),
 }
 
 
@@ -255,7 +277,9 @@ def resolve_world(world: str) -> str:
 # preset): kl_beta 2 in quality; in compose the raw trained weights are evaluated (ema_decay 0), because at 30
 # iterations the EMA of the LoRA weights blurs (research/rounds/23-kl-tuning.md)
 _SETTING_DEFAULTS: dict[str, dict[str, dict[str, float]]] = {
-    "cpu": {"quality": {"kl_beta": 2.0}, "compose": {"ema_decay": 0.0}},
+    "reading": {"quality": {"kl_beta": 2.0}, "compose": {"ema_decay": 0.0}},
+    "paper": {"quality": {"kl_beta": 2.0}},
+    "cpu": {"quality": {"kl_beta": 2.0}},
     "gpu": {"quality": {"kl_beta": 2.0}},  # follows the cpu preset's tuning; not tuned at the gpu preset's scale
 }
 
@@ -264,8 +288,9 @@ def preset(name: str, **overrides) -> TrainConfig:
     """A complete, frozen config by name.
 
     Args:
-        name: "ci" (seconds, tiny random world), "cpu" (minutes on 2 cores, base model), "gpu" (one GPU),
-            "sd35" (SD3.5-Medium at DiffusionNFT's scale, 8 GPUs).
+        name: "ci" (seconds, tiny random world), "paper" or its everyday name "cpu" (the paper's recipe, minutes on
+            2 cores with the base model), "reading" (our first reading's recipe, the study's stage A), "gpu" (one
+            GPU), "sd35" (SD3.5-Medium at the release's scale, 8 GPUs).
         **overrides: field overrides applied with `dataclasses.replace`. Without ``rewards``, a preset tuned per
             setting takes the setting's values of the fields not overridden (`_SETTING_DEFAULTS`: cpu and gpu use
             ``kl_beta`` 2 for quality, the preset's 1 otherwise; cpu uses ``ema_decay`` 0 for compose).

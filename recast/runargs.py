@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from recast.config import BACKENDS, METHODS, TrainConfig, parse_floats, parse_overrides
+from recast.config import AGGREGATIONS, BACKENDS, METHODS, TrainConfig, parse_floats, parse_overrides
 
 __all__ = ["add_train_arguments", "train_parser", "config_from_args", "list_option", "floats"]
 
@@ -41,7 +41,7 @@ def list_option(option: str, text: str, kind=str) -> tuple:
 
 def add_train_arguments(t: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the options of `python -m recast train` to a parser."""
-    t.add_argument("--preset", default=None, help="ci | cpu | gpu | sd35 (default: the config file's, else cpu)")
+    t.add_argument("--preset", default=None, help="ci | cpu (= paper) | reading | gpu | sd35 (default: the config file's, else cpu)")
     t.add_argument("--config", metavar="YAML", help="a config file of TrainConfig fields and world_settings (e.g. "
                    "configs/sd35_composition.yaml); the named options and --set override it")
     t.add_argument("--world", help="world spec: tiny | digits:PATH | sd3:PATH_OR_HUB_ID | sd3-tiny | a digit-world "
@@ -49,7 +49,12 @@ def add_train_arguments(t: argparse.ArgumentParser) -> argparse.ArgumentParser:
     t.add_argument("--setting", help="the world's reward setting: compose | quality (digits); composition | "
                    "quality (sd3)")
     t.add_argument("--rewards", help="comma-separated reward names (instead of --setting)")
-    t.add_argument("--method", choices=METHODS, help="credit assignment across timesteps")
+    t.add_argument("--method", choices=METHODS, help="credit assignment across timesteps: recast (the paper's), "
+                   "static (its baseline), recast_live (our first reading), uniform, reward_sum, fixed, per_step, otca")
+    t.add_argument("--aggregation", choices=("auto",) + AGGREGATIONS, help="how raw rewards become the signal "
+                   "(default: the method's own; pre and loss are the paper's, per_reward ours)")
+    t.add_argument("--weight-file", metavar="NPZ", help="method recast: a density-ratio profile (solved for the "
+                   "run's budgets) or a weight table (default: the world's committed profile)")
     t.add_argument("--lam", type=floats, help="budgets, one per reward, comma-separated (normalised to sum 1; "
                    "default: the setting's, equal unless the world sets them, e.g. quality: sharpness-heavy)")
     t.add_argument("--backend", choices=BACKENDS, help="nft (DiffusionNFT loss) | grpo (Flow-GRPO)")
@@ -80,7 +85,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
     over = {k: v for k, v in dict(setting=args.setting, method=args.method, lam=args.lam, backend=args.backend,
                                   iterations=args.iterations, seed=args.seed, device=args.device,
-                                  world=args.world).items()
+                                  world=args.world, aggregation=getattr(args, "aggregation", None),
+                                  weight_file=getattr(args, "weight_file", None)).items()
             if v is not None}
     if args.rewards:
         over["rewards"] = tuple(r for r in args.rewards.split(",") if r)

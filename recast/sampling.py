@@ -14,8 +14,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
-from diffusers import FlowMatchEulerDiscreteScheduler
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,8 @@ class SDEStep:
 
 
 def sigma_schedule(num_steps: int, shift: float = 1.0) -> torch.Tensor:
-    """The SD3 sampling grid, exactly as `FlowMatchEulerDiscreteScheduler(shift=shift).set_timesteps(num_steps)`.
+    """The SD3 sampling grid, bit for bit what `FlowMatchEulerDiscreteScheduler(shift=shift).set_timesteps(num_steps)`
+    gives (diffusers is not needed: `tests/test_sampling.py` checks the equality where it is installed).
 
     Args:
         num_steps: T >= 1 denoising steps.
@@ -83,11 +84,17 @@ def sigma_schedule(num_steps: int, shift: float = 1.0) -> torch.Tensor:
         sigmas (T + 1,) float32, sigma_0 = 1, strictly decreasing, sigma_T = 0. Like diffusers, the last nonzero
         sigma is the scheduler's sigma_min (not 1/T), so the final step is short.
     """
-    if num_steps < 1 or shift <= 0:
-        raise ValueError(f"need num_steps >= 1 and shift > 0, got {num_steps=}, {shift=}")
-    scheduler = FlowMatchEulerDiscreteScheduler(shift=shift)
-    scheduler.set_timesteps(num_steps, device="cpu")
-    return scheduler.sigmas.to(torch.float32).clone()
+    if isinstance(num_steps, bool) or int(num_steps) != num_steps or num_steps < 1 or not 0 < shift < math.inf:
+        raise ValueError(f"need num_steps >= 1 and a finite shift > 0, got {num_steps=}, {shift=}")
+    n = 1000  # the scheduler's num_train_timesteps
+    # the scheduler's training grid (float32 torch, as in its constructor) gives the ends sigma_max and sigma_min
+    train = torch.from_numpy(np.linspace(1, n, n, dtype=np.float32)[::-1].copy()) / n
+    train = shift * train / (1 + (shift - 1) * train)
+    sigma_max, sigma_min = train[0].item(), train[-1].item()
+    # set_timesteps: a float64 linspace between them, shifted again, then float32 with a final 0 appended
+    sig = np.linspace(sigma_max * n, sigma_min * n, int(num_steps)) / n
+    sig = shift * sig / (1 + (shift - 1) * sig)
+    return torch.cat([torch.from_numpy(sig).to(torch.float32), torch.zeros(1)])
 
 
 def predict_velocity(transformer, x: torch.Tensor, sigma, embeds: PromptEmbeds) -> torch.Tensor:

@@ -84,12 +84,15 @@ class WorldInfo:
         splits: prompt splits `World.prompts` accepts.
         setting_budgets: a setting's default budgets λ, one per reward of the setting, where they are not equal
             (a world's optional ``setting_budgets`` attribute; `recast.config.resolve_budgets` reads them).
+        profiles: the world's committed density-ratio profiles (`recast.archives`), one per sampler grid.
     """
 
     reward_settings: dict[str, tuple[str, ...]]
     reward_names: tuple[str, ...]
     splits: tuple[str, ...] = ("train", "test")
     setting_budgets: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    profiles: tuple[str, ...] = ()  # committed density-ratio profiles of this model (paths), which method "recast"
+    #                                 reads when a run names no weight_file (`recast.config.resolve_weight_file`)
 
 
 # prefix -> factory or "module:attribute"; the factory is called as factory(arg) with arg the text after "prefix:"

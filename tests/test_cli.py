@@ -26,26 +26,29 @@ def test_cli_overrides():
 
 
 def test_kl_beta_and_ema_decay_follow_the_setting_unless_given():
-    """cpu and gpu take kl_beta 2 in quality and 1 elsewhere, cpu ema_decay 0 in compose; an explicit field or a
-    reward list keeps control."""
+    """paper (= cpu), reading and gpu take kl_beta 2 in quality and 1 elsewhere; reading's ema_decay is 0 in compose and
+    0.9 elsewhere, the paper's recipe has no EMA (0) anywhere; an explicit field or a reward list keeps control."""
     from recast.config import preset
 
-    assert preset("cpu").kl_beta == 1.0 and preset("cpu", setting="compose").kl_beta == 1.0
-    assert preset("cpu", setting="quality").kl_beta == 2.0 and preset("gpu", setting="quality").kl_beta == 2.0
-    assert preset("cpu", setting="timing").kl_beta == 1.0
-    assert preset("cpu", setting="quality", kl_beta=0.5).kl_beta == 0.5
-    assert preset("cpu", setting="quality", rewards=("sharpness",)).kl_beta == 1.0
-    assert preset("ci", setting="quality").kl_beta == 0.0 and preset("sd35", setting="quality").kl_beta == 0.0
+    for name in ("cpu", "paper", "reading"):
+        assert preset(name).kl_beta == 1.0 and preset(name, setting="compose").kl_beta == 1.0
+        assert preset(name, setting="quality").kl_beta == 2.0 and preset(name, setting="timing").kl_beta == 1.0
+        assert preset(name, setting="quality", kl_beta=0.5).kl_beta == 0.5
+        assert preset(name, setting="quality", rewards=("sharpness",)).kl_beta == 1.0
+    assert preset("gpu", setting="quality").kl_beta == 2.0
+    assert preset("ci", setting="quality").kl_beta == 0.0 and preset("sd35", setting="quality").kl_beta == 1e-4
     for preset_args in (["--setting", "quality"], ["--setting", "quality", "--set", "kl_beta=5"]):
         args = build_parser().parse_args(["train", "--preset", "cpu", "--out", "x", *preset_args])
         assert config_from_args(args).kl_beta == (5.0 if "--set" in preset_args else 2.0)
-    # ema_decay the same way: cpu evaluates compose's raw weights (0) and every other setting's EMA (0.9)
-    assert preset("cpu").ema_decay == 0.0 and preset("cpu", setting="compose").ema_decay == 0.0
-    assert preset("cpu", setting="quality").ema_decay == 0.9 and preset("gpu", setting="compose").ema_decay == 0.9
-    assert preset("cpu", setting="compose", ema_decay=0.5).ema_decay == 0.5
-    assert preset("cpu", setting="compose", rewards=("color",)).ema_decay == 0.9
-    assert preset("cpu", setting="compose", kl_beta=2.0).ema_decay == 0.0  # one explicit field keeps the others
-    args = build_parser().parse_args(["train", "--preset", "cpu", "--out", "x", "--setting", "compose"])
+    # ema_decay: the paper's recipe evaluates the trained weights; the reading evaluates compose's raw weights (0) and
+    # every other setting's EMA (0.9)
+    assert preset("cpu").ema_decay == 0.0 and preset("cpu", setting="quality").ema_decay == 0.0
+    assert preset("reading").ema_decay == 0.0 and preset("reading", setting="compose").ema_decay == 0.0
+    assert preset("reading", setting="quality").ema_decay == 0.9 and preset("gpu", setting="compose").ema_decay == 0.0
+    assert preset("reading", setting="compose", ema_decay=0.5).ema_decay == 0.5
+    assert preset("reading", setting="compose", rewards=("color",)).ema_decay == 0.9
+    assert preset("reading", setting="compose", kl_beta=2.0).ema_decay == 0.0  # one explicit field keeps the others
+    args = build_parser().parse_args(["train", "--preset", "reading", "--out", "x", "--setting", "compose"])
     assert config_from_args(args).ema_decay == 0.0
 
 
@@ -67,7 +70,7 @@ def test_quality_defaults_to_sharpness_heavy_budgets_and_an_explicit_lam_wins():
     assert world_info(resolve_world("data/digit_base")).setting_budgets == BUDGETS
     sharp = torch.tensor(BUDGETS["quality"], dtype=torch.float64) / sum(BUDGETS["quality"])
     for name in ("cpu", "gpu", "ci"):
-        cfg = preset(name, setting="quality", world="tiny", device="cpu")
+        cfg = preset(name, setting="quality", world="tiny", device="cpu", method="static")
         assert resolve_budgets(cfg) == BUDGETS["quality"]
         assert torch.equal(validate_config(cfg).lam, sharp)
     equal4, equal5 = torch.full((4,), 0.25, dtype=torch.float64), torch.full((5,), 0.2, dtype=torch.float64)

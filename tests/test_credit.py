@@ -77,7 +77,7 @@ def test_near_constant_rewards_are_silenced_not_amplified():
         silenced_rewards(R, -1.0)
 
 
-@pytest.mark.parametrize("method", ["recast", "uniform", "reward_sum"])
+@pytest.mark.parametrize("method", ["recast", "static", "recast_live", "uniform", "reward_sum"])
 def test_trainer_silences_a_constant_reward_for_every_method_and_counts_it(tmp_path, method):
     from recast.trainer import Trainer
 
@@ -90,7 +90,7 @@ def test_trainer_silences_a_constant_reward_for_every_method_and_counts_it(tmp_p
     assert all(rec["silenced/position"] == 0.0 for rec in run.metrics)
     if method == "reward_sum":
         assert "silenced/reward_sum" in run.metrics[-1]
-    if method == "recast":
+    if method in ("recast", "recast_live"):
         W = torch.tensor(run.metrics[-1]["W"], dtype=torch.float64)
         torch.testing.assert_close(W.sum(1), torch.tensor([0.5, 0.5], dtype=torch.float64))  # its row keeps λ_k
 
@@ -99,10 +99,11 @@ def test_grpo_recast_keeps_lambda_over_T_in_the_untrained_last_column(tmp_path):
     from recast.trainer import Trainer
 
     T = 4
-    cfg = preset("ci", backend="grpo", method="recast", iterations=3, rewards=("color", "position"),
+    cfg = preset("ci", backend="grpo", method="recast_live", iterations=3, rewards=("color", "position"),
                  lam=(0.3, 0.7), num_steps=T)
     run = Trainer(cfg, tmp_path).run()
     lam = torch.tensor([0.3, 0.7], dtype=torch.float64)
+    assert len(run.weights) == 3
     for rec in run.weights:
         W = torch.tensor(rec["W"], dtype=torch.float64)
         torch.testing.assert_close(W[:, -1], lam / T)

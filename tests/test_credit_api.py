@@ -1,4 +1,6 @@
-"""`recast.credit.Credit`, the public credit API a foreign training loop feeds (docs/credit.md)."""
+"""`recast.credit.Credit`, the public credit API a foreign training loop feeds (docs/credit.md): the per_reward
+methods (uniform, reward_sum) and the live estimate of our first reading (recast_live). The paper's recipe (recast,
+static, the archives) is tested in tests/test_paper_recipe.py."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import io
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,13 +52,14 @@ def test_group_index_orders_by_first_appearance_and_detects_contiguous_groups():
         group_index([[1], [2]], 2)
 
 
-def test_contiguous_groups_normalise_exactly_as_the_trainer_does():
+def test_contiguous_groups_normalise_as_group_advantages_does():
     R = torch.randn(3, 24, generator=torch.Generator().manual_seed(0))
     for scope in ("global", "group"):
-        c = Credit(["a", "b", "c"], 6, std_scope=scope)
+        c = Credit(["a", "b", "c"], 6, std_scope=scope, method="uniform")
         got = c.normalise(R, torch.arange(24) // 4).adv
-        want = group_advantages(R, 4, std_scope=scope)
-        assert torch.equal(got.A, want.A) and torch.equal(got.p, want.p)
+        want = group_advantages(R.double(), 4, std_scope=scope)
+        torch.testing.assert_close(got.A, want.A, rtol=0, atol=1e-12)
+        torch.testing.assert_close(got.p, want.p, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("scope", ["global", "group"])
@@ -63,13 +67,13 @@ def test_shuffled_or_uneven_groups_follow_the_closed_form(scope):
     g = torch.Generator().manual_seed(1)
     ids = torch.tensor([0, 1, 0, 2, 1, 0, 2, 2, 2, 1])
     R = torch.randn(2, ids.numel(), generator=g)
-    batch = Credit(["a", "b"], 4, std_scope=scope, adv_clip_max=100.0).normalise(R, ids)
+    batch = Credit(["a", "b"], 4, std_scope=scope, adv_clip_max=100.0, method="uniform").normalise(R, ids)
     for k in range(2):
         for grp in ids.unique():
             sel = ids == grp
             mu = R[k, sel].mean()
             sd = R[k].std(unbiased=False) if scope == "global" else R[k, sel].std(unbiased=False)
-            torch.testing.assert_close(batch.adv.A[k, sel], (R[k, sel] - mu) / (sd + 1e-4))
+            torch.testing.assert_close(batch.adv.A[k, sel], ((R[k, sel] - mu) / (sd + 1e-4)).double())
     torch.testing.assert_close(batch.adv.p, 0.5 + batch.adv.A / 200)
 
 
@@ -85,38 +89,42 @@ def test_uniform_signal_is_the_budget_weighted_sum_of_p():
 @given(st.integers(1, 40))
 @settings(max_examples=20, deadline=None)
 def test_one_reward_gives_p_itself_bit_for_bit_at_any_T(T):
-    c = Credit(["only"], T)
     R = torch.rand(1, 12, generator=torch.Generator().manual_seed(T))
-    p = c.normalise(R, torch.arange(12) // 3).adv.p
     sample = torch.arange(12)
-    assert torch.equal(c.signal(sample, sample % T), p[0])
+    for method in ("uniform", "recast_live"):
+        c = Credit(["only"], T, method=method)
+        p = c.normalise(R, torch.arange(12) // 3).adv.p
+        assert torch.equal(c.signal(sample, sample % T), p[0])
 
 
 def test_grpo_signal_is_the_advantage_and_reward_sum_normalises_the_sum():
     R = torch.rand(2, 8, generator=torch.Generator().manual_seed(3))
-    c = Credit(["a", "b"], 3, signal="grpo")
+    c = Credit(["a", "b"], 3, signal="grpo", method="uniform")
     A = c.normalise(R, torch.arange(8) // 4).adv.A
     torch.testing.assert_close(c.signal(torch.arange(8), torch.zeros(8, dtype=torch.long)), A.mean(0))
     s = Credit(["a", "b"], 3, lam=[0.75, 0.25], method="reward_sum")
     b = s.normalise(R, torch.arange(8) // 4)
-    want = group_advantages((0.75 * R[0] + 0.25 * R[1])[None].double(), 4).p[0].float()
-    torch.testing.assert_close(s.signal(torch.arange(8), torch.ones(8, dtype=torch.long)), want)
-    assert s.W is None and b.train.p.shape == (1, 8)
+    R64 = R.double()
+    want = group_advantages((0.75 * R64[0] + 0.25 * R64[1])[None], 4).p[0]
+    for col in range(3):  # the same signal at every step
+        torch.testing.assert_close(s.signal(torch.arange(8), torch.full((8,), col)), want, rtol=0, atol=1e-12)
+    assert torch.equal(s.W, torch.tensor([[0.25] * 3, [0.25 / 3] * 3], dtype=torch.float64)) and \
+        b.train.p.shape == (1, 8)
 
 
 def test_observe_feeds_the_tracker_the_layout_it_documents():
     """The (sample, column, rewards) triples become the (K, T+1, N) p layout, NaN away from the trained pairs and
     mapped with the clean batch's group mean and scale; W then equals a hand-fed tracker's exactly."""
     K, T, B = 2, 6, 16
-    c = Credit(["a", "b"], T, window=4, min_pairs=0, bootstrap=0)
+    c = Credit(["a", "b"], T, window=4, min_pairs=0, bootstrap=0, method="recast_live")
     hand = InformativenessTracker(K, T, window=4, min_pairs=0, bootstrap=0)
     g = torch.Generator().manual_seed(4)
     for it in range(3):
-        R = torch.rand(K, B, generator=g)
+        R = torch.rand(K, B, generator=g, dtype=torch.float64)
         adv = c.normalise(R, torch.arange(B) // 4).adv
         sample = torch.arange(B).repeat(2)
         column = torch.cat([torch.randint(1, T, (B,), generator=g), torch.zeros(B, dtype=torch.long)])
-        R_hat = torch.rand(K, 2 * B, generator=g)
+        R_hat = torch.rand(K, 2 * B, generator=g, dtype=torch.float64)
         c.observe(sample, column, R_hat)
         _, p_hat = reward_to_p(R_hat[:, :B], adv.mean, adv.std, 5.0)
         layout = torch.full((K, T + 1, B), float("nan"), dtype=torch.float64)
@@ -130,7 +138,7 @@ def test_observe_feeds_the_tracker_the_layout_it_documents():
 @settings(max_examples=15, deadline=None)
 def test_any_T_and_any_trained_subset_keep_the_marginals(K, T, m, seed):
     lam = torch.rand(K, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) + 0.1
-    c = Credit([f"r{k}" for k in range(K)], T, lam=lam, min_pairs=4, bootstrap=8, window=3)
+    c = Credit([f"r{k}" for k in range(K)], T, lam=lam, min_pairs=4, bootstrap=8, window=3, method="recast_live")
     for it in range(4):
         _, _, sig = _feed(c, it, m=min(m, T), seed=seed)
         assert ((sig >= 0) & (sig <= 1)).all()
@@ -140,7 +148,7 @@ def test_any_T_and_any_trained_subset_keep_the_marginals(K, T, m, seed):
 
 def test_recast_moves_weight_towards_each_reward_s_informative_columns():
     """The synthetic rewards reveal themselves at different speeds over the columns: the slow one's weight sits later."""
-    c = Credit(["fast", "slow"], 6, window=8, min_pairs=32, bootstrap=16)
+    c = Credit(["fast", "slow"], 6, window=8, min_pairs=32, bootstrap=16, method="recast_live")
     for it in range(8):
         _feed(c, it, B=64)
     cols = torch.arange(6, dtype=torch.float64)
@@ -149,25 +157,26 @@ def test_recast_moves_weight_towards_each_reward_s_informative_columns():
 
 
 def test_resume_from_a_state_dict_continues_bit_exactly():
-    straight = Credit(["a", "b", "c"], 6, min_pairs=16, bootstrap=8, recast_every=2)
+    live = dict(min_pairs=16, bootstrap=8, recast_every=2, method="recast_live")
+    straight = Credit(["a", "b", "c"], 6, **live)
     for it in range(6):
         _feed(straight, it)
-    first = Credit(["a", "b", "c"], 6, min_pairs=16, bootstrap=8, recast_every=2)
+    first = Credit(["a", "b", "c"], 6, **live)
     for it in range(3):
         _feed(first, it)
     buf = io.BytesIO()
     torch.save(first.state_dict(), buf)
     buf.seek(0)
-    resumed = Credit(["a", "b", "c"], 6, min_pairs=16, bootstrap=8, recast_every=2)
+    resumed = Credit(["a", "b", "c"], 6, **live)
     resumed.load_state_dict(torch.load(buf, weights_only=True))
     for it in range(3, 6):
         _feed(resumed, it)
     assert torch.equal(resumed.W, straight.W) and torch.equal(resumed.D, straight.D)
     assert not torch.equal(straight.W, torch.full((3, 6), 1 / 18, dtype=torch.float64))
     with pytest.raises(ValueError, match="rewards, T, method"):
-        Credit(["a", "b"], 6).load_state_dict(first.state_dict())
+        Credit(["a", "b"], 6, method="recast_live").load_state_dict(first.state_dict())
     with pytest.raises(ValueError, match="budgets"):
-        Credit(["a", "b", "c"], 6, lam=[1, 2, 3]).load_state_dict(first.state_dict())
+        Credit(["a", "b", "c"], 6, lam=[1, 2, 3], method="recast_live").load_state_dict(first.state_dict())
 
 
 @pytest.mark.parametrize("kwargs, msg", [
@@ -179,8 +188,10 @@ def test_resume_from_a_state_dict_continues_bit_exactly():
     (dict(lam=[1.0, -1.0]), ">= 0"),
     (dict(method="magic"), "method"),
     (dict(signal="ppo"), "signal"),
-    (dict(method="fixed"), "fixed_W"),
-    (dict(fixed_W=[[0.25, 0.25], [0.25, 0.25]]), "fixed_W"),
+    (dict(method="fixed"), "needs weights="),
+    (dict(fixed_W=[[0.25, 0.25], [0.25, 0.25]]), "weights= is for methods"),
+    (dict(method="recast"), "needs weights="),
+    (dict(method="recast", weights=[[0.5, 0.5]]), "must be a WeightTable"),
     (dict(method="fixed", fixed_W=[[0.5, 0.0], [0.25, 0.25]]), "column sums"),
     (dict(recast_every=0), "recast_every"),
     (dict(adv_clip_max=0), "adv_clip_max"),
@@ -188,18 +199,18 @@ def test_resume_from_a_state_dict_continues_bit_exactly():
     (dict(trained_columns=3), "trained_columns"),
 ])
 def test_bad_construction_is_refused_naming_the_argument(kwargs, msg):
-    args = {"reward_names": ["a", "b"], "num_steps": 2, **kwargs}
+    args = {"reward_names": ["a", "b"], "num_steps": 2, "method": "uniform", **kwargs}
     with pytest.raises(ValueError, match=msg):
         Credit(**args)
 
 
 def test_bad_iteration_input_is_refused_naming_it():
-    c = Credit(["a", "b"], 4)
+    c = Credit(["a", "b"], 4, method="recast_live")
     with pytest.raises(RuntimeError, match="normalise"):
         c.signal([0], [0])
     with pytest.raises(ValueError, match=r"\(K=2, N\)"):
         c.normalise(torch.rand(3, 4), [0, 0, 1, 1])
-    with pytest.raises(ValueError, match=r"missing \['b'\], unknown \['c'\]"):
+    with pytest.raises(ValueError, match=r"missing \['b'\]"):
         c.normalise({"a": torch.rand(4), "c": torch.rand(4)}, [0, 0, 1, 1])
     with pytest.raises(ValueError, match=r"rewards \['b'\] contain NaN"):
         c.normalise(torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.1, float("nan"), 0.3, 0.4]]), [0, 0, 1, 1])
@@ -225,7 +236,7 @@ def test_trainer_assigns_credit_through_the_public_object(tmp_path):
     from recast.io import read_jsonl
     from recast.trainer import Trainer
 
-    tr = Trainer(preset("ci", iterations=2, recast_every=1), tmp_path)
+    tr = Trainer(preset("ci", iterations=2, recast_every=1, method="recast_live"), tmp_path)
     tr.run()
     assert isinstance(tr.credit, Credit) and tr.tracker is tr.credit.tracker
     last = read_jsonl(tmp_path / "weights.jsonl")[-1]
@@ -233,6 +244,7 @@ def test_trainer_assigns_credit_through_the_public_object(tmp_path):
     assert tr.credit.iteration == 2
 
 
+PROFILE = str(Path(__file__).resolve().parents[1] / "data" / "profiles" / "tiny_renderings_T4.npz")
 BLOCKED = ("diffusers", "transformers", "accelerate", "peft", "scipy", "sklearn", "matplotlib", "seaborn",
            "safetensors", "PIL", "pandas")
 
@@ -249,7 +261,7 @@ def test_credit_imports_and_runs_with_torch_and_numpy_alone():
         sys.meta_path.insert(0, Block())
         import torch
         import recast.credit
-        c = recast.credit.Credit(["a", "b"], 5, lam=[0.6, 0.4], min_pairs=8, bootstrap=4)
+        c = recast.credit.Credit(["a", "b"], 5, lam=[0.6, 0.4], min_pairs=8, bootstrap=4, method="recast_live")
         g = torch.Generator().manual_seed(0)
         for it in range(6):
             R = torch.rand(2, 16, generator=g)
@@ -259,11 +271,20 @@ def test_credit_imports_and_runs_with_torch_and_numpy_alone():
             c.observe(s, col, R * torch.rand(2, 16, generator=g))
         state = c.state_dict()
         assert c.W.shape == (2, 5) and p.shape == (16,)
+        from recast.archives import load_profile, save_table, table_from_profile   # the paper's path, file to signal
+        prof = load_profile({PROFILE!r}, ["color", "sharpness"])
+        save_table(table_from_profile(prof, [2.0, 1.0]), sys.argv[1])
+        t = recast.credit.Credit.from_table(sys.argv[1])
+        t.normalise(torch.rand(2, 8, generator=g), [i // 4 for i in range(8)])
+        assert t.signal_matrix().shape == (8, 4) and t.observe() is None
         loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
         assert not loaded, loaded
         print("ok", c.iteration)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    import tempfile
+
+    table = str(Path(tempfile.mkdtemp()) / "t.npz")
+    out = subprocess.run([sys.executable, "-c", code, table], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["ok", "6"]
 

@@ -23,7 +23,7 @@ from recast.trainer import checkpoint as ckpt
 from recast.trainer.rundir import RunDirBusyError
 
 ROOT = Path(__file__).resolve().parents[1]
-CI = dict(iterations=1, rewards=("color", "size"))
+CI = dict(iterations=1, rewards=("color", "size"), method="recast_live")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,8 @@ def _copy(src: Path, dst: Path) -> Path:
     (dict(prompts_per_iter=0), "prompts_per_iter >= 1"),
     (dict(batch_size=-4), "batch_size >= 0"),
     (dict(floor=-1.0), "floor > 0"),
-    (dict(temperature=1e-7), "smallest temperature"),
+    (dict(temperature=1e-7, method="recast_live"), "smallest temperature"),
+    (dict(temperature=1e-7, method="recast"), "temperature.*did not meet the marginals"),
     (dict(seed=10**20), "seed < 2\\*\\*32"),
     (dict(seed=-1), "0 <= seed"),
     (dict(device="banana"), "device"),
@@ -120,7 +121,8 @@ def test_bad_set_values_name_the_field(tmp_path, capsys, arg, msg):
     (["train", "--preset", "ci", "--set", "lr=inf"], "lr: expected a finite number"),
     (["train", "--preset", "ci", "--seed", "-5"], "seed"),
     (["train", "--preset", "ci", "--device", "banana"], "device"),
-    (["train", "--preset", "ci", "--set", "temperature=1e-4", "--set", "floor=1e-300"], "smallest temperature"),
+    (["train", "--preset", "ci", "--method", "recast_live", "--set", "temperature=1e-4", "--set", "floor=1e-300"],
+     "smallest temperature"),
     (["demo", "--preset", "ci", "--seeds", ""], "--seeds"),
     (["demo", "--preset", "ci", "--seeds", "a,b"], "--seeds"),
     (["demo", "--preset", "ci", "--seeds", "0,0"], "--seeds"),

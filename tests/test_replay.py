@@ -150,9 +150,10 @@ def test_replay_count_rounds_share_times_batch():
     (dict(replay_share=-0.5), "replay_share >= 0"),
     (dict(replay_share=0.5, replay_priority="loudest"), "unknown replay_priority 'loudest'"),
     (dict(replay_priority="loudest"), "unknown replay_priority"),
-    (dict(replay_share=0.5, method="uniform", replay_priority="informativeness"), "only method='recast'"),
-    (dict(replay_share=0.1), "rounds to 0 replayed samples"),
-    (dict(replay_share=2.0, replay_capacity=4), "replay_capacity: 4 is smaller than the 8 samples"),
+    (dict(replay_share=0.5, method="uniform", replay_priority="informativeness"), "only method='recast_live'"),
+    (dict(replay_share=0.1, method="uniform"), "rounds to 0 replayed samples"),
+    (dict(replay_share=2.0, replay_capacity=4, method="uniform"), "replay_capacity: 4 is smaller than the 8 samples"),
+    (dict(replay_share=0.5), r"'pre' aggregation of method 'static'.*per_reward"),
     (dict(replay_max_age=0), "replay_max_age >= 1"),
     (dict(replay_capacity=0), "replay_capacity >= 1"),
 ])
@@ -170,7 +171,7 @@ def test_grpo_trainer_refuses_replay_before_touching_the_run_dir(tmp_path):
 # ------------------------------------------------------------------ the trainer
 def _cfg(**over):
     return preset("ci", **{**dict(rewards=("color", "size"), train_columns=2, replay_share=1.0, replay_capacity=8,
-                                  replay_max_age=2), **over})
+                                  replay_max_age=2, method="recast_live"), **over})
 
 
 def _strip(records):
@@ -205,7 +206,7 @@ def test_turning_replay_on_does_not_move_the_fresh_stream(tmp_path):
     assert off.metrics[0]["reward_queries"] == on.metrics[0]["reward_queries"] == 4
 
 
-@pytest.mark.parametrize("method, priority", [("recast", "informativeness"), ("reward_sum", "advantage")])
+@pytest.mark.parametrize("method, priority", [("recast_live", "informativeness"), ("reward_sum", "advantage")])
 def test_resume_with_replay_is_bit_exact(tmp_path, method, priority):
     # half a batch replayed: the draw at iteration 2 already uses the replay generator, whose state must be saved
     cfg = _cfg(iterations=4, replay_share=0.5, method=method, replay_priority=priority, kl_beta=0.1)
@@ -218,7 +219,7 @@ def test_resume_with_replay_is_bit_exact(tmp_path, method, priority):
     for name in ("params", "old", "ema"):
         for a, b in zip(getattr(straight.policy, name), getattr(second.policy, name)):
             assert torch.equal(a, b), name
-    assert (straight.W is None and second.W is None) if method == "reward_sum" else torch.equal(straight.W, second.W)
+    assert torch.equal(straight.W, second.W)
     assert straight.replay.prompts == second.replay.prompts
     for name in ("x0", "R", "offset", "iteration"):
         assert torch.equal(getattr(straight.replay, name), getattr(second.replay, name)), name

@@ -11,14 +11,14 @@ from recast.io import write_json
 
 
 def _plan(tmp_path, **kw):
-    return rv.plan_replay(**{**dict(world="tiny", settings=("compose",), methods=("uniform", "recast"),
+    return rv.plan_replay(**{**dict(world="tiny", settings=("compose",), methods=("uniform", "recast_live"),
                                     seeds=(0, 1, 2), preset="ci", out_root=tmp_path), **kw})
 
 
 def test_plan_pairs_every_run_with_a_replay_arm(tmp_path):
     runs = _plan(tmp_path, replay_share=0.5, priorities={"uniform": "recency"})
-    assert [r.method for r in runs] == ["uniform"] * 3 + ["recast"] * 3 + ["uniform+replay"] * 3 + \
-        ["recast+replay"] * 3
+    assert [r.method for r in runs] == ["uniform"] * 3 + ["recast_live"] * 3 + ["uniform+replay"] * 3 + \
+        ["recast_live+replay"] * 3
     assert len({r.out_dir for r in runs}) == 12
     plain, replayed = runs[0], runs[6]
     a, b = shlex.split(plain.command), shlex.split(replayed.command)
@@ -28,7 +28,7 @@ def test_plan_pairs_every_run_with_a_replay_arm(tmp_path):
     assert "replay_priority=informativeness" in shlex.split(runs[9].command)  # recast's default
 
 
-@pytest.mark.parametrize("kw, match", [(dict(priorities={"uniform": "informativeness"}), "only method='recast'"),
+@pytest.mark.parametrize("kw, match", [(dict(priorities={"uniform": "informativeness"}), "only method='recast_live'"),
                                        (dict(priorities={"reward_sum": "advantage"}), "not in the plan"),
                                        (dict(replay_share=0.0), "replay_share must be > 0"),
                                        (dict(replay_share=0.01), "rounds to 0")])
@@ -58,7 +58,7 @@ def test_aggregation_on_synthetic_runs(tmp_path):
     runs = _plan(tmp_path)
     for r in runs:
         bump = 0.01 * r.seed
-        if r.method in ("uniform", "recast"):  # judge 0 -> 0.2 -> 0.4
+        if r.method in ("uniform", "recast_live"):  # judge 0 -> 0.2 -> 0.4
             ev = [(0.0, 0.5, 1.0), (0.2, 0.6, 1.0), (0.4 + bump, 0.7, 1.0)]
         elif r.method == "uniform+replay":  # reaches 0.4 at iteration 2 (20 queries)
             ev = [(0.0, 0.5, 1.0), (0.4 + bump, 0.7, 1.0), (0.5 + bump, 0.8, 1.0)]
@@ -73,12 +73,12 @@ def test_aggregation_on_synthetic_runs(tmp_path):
     eff = {e["method"]: e for e in rv.efficiency(qc, "judge/strict")}
     assert eff["uniform+replay"]["ratio"] == pytest.approx(0.5) and eff["uniform+replay"]["gain"] == pytest.approx(2.0)
     assert eff["uniform+replay"]["queries_needed"] == pytest.approx(20.0)
-    assert eff["recast+replay"]["ratio"] is None and eff["recast+replay"]["gain"] is None
+    assert eff["recast_live+replay"]["ratio"] is None and eff["recast_live+replay"]["gain"] is None
     cells = rv.compare_replay(rows)
     assert {(c["method"], c["baseline"]) for c in cells} == {("uniform+replay", "uniform"),
-                                                             ("recast+replay", "recast"), ("recast+replay", "uniform")}
+                                                             ("recast_live+replay", "recast_live"), ("recast_live+replay", "uniform")}
     flags = {(f["method"], f["baseline"]): f for f in rv.reward_judge_check(cells)}
-    bad = flags[("recast+replay", "recast")]
+    bad = flags[("recast_live+replay", "recast_live")]
     assert bad["reward_up_judge_down"] and bad["rewards_up"] == "reward/weighted"
     assert set(bad["judges_down"].split(";")) == {"judge/strict", "judge/fid"}
     good = flags[("uniform+replay", "uniform")]

@@ -23,7 +23,7 @@ def _one_step(tmp_path, **over):
         from recast.trainer.speed import sdpa_context
 
         with sdpa_context(tr.cfg.sdpa_backend):
-            out = nft_optimise(tr.model, tr.policy, ro, batch.signal, tr.W, tr.sigmas, tr.cfg, tr.gen, tr.acc, None)
+            out = nft_optimise(tr.model, tr.policy, ro, batch.S, tr.sigmas, tr.cfg, tr.gen, tr.acc, None)
         grads = [p.grad.detach().clone() for p in tr.policy.params]
         base = {n: p.detach().clone() for n, p in tr.world.transformer.named_parameters() if "lora_" not in n}
         return ro.x0, out.parts["loss"], grads, base

@@ -1,11 +1,11 @@
-"""The per-sample step credit of the per_step (CoCA-style) and otca baselines (`recast.trainer.step_credit`)."""
+"""The per-sample step credit of the per_step (CoCA-style) and otca baselines (`recast.credit.step`)."""
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recast.trainer.step_credit import StepCredit, min_norm_coefficients, similarity_gain_weights, step_credit
+from recast.credit.step import StepCredit, min_norm_coefficients, similarity_gain_weights, step_credit
 
 
 def test_similarity_gain_weights_closed_form():

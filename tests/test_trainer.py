@@ -14,7 +14,7 @@ def _params(trainer):
 
 
 @pytest.mark.parametrize("backend", ["nft", "grpo"])
-@pytest.mark.parametrize("method", ["recast", "uniform", "reward_sum", "fixed"])
+@pytest.mark.parametrize("method", ["recast", "static", "recast_live", "uniform", "reward_sum", "fixed"])
 def test_ci_iterations_run(tmp_path, backend, method):
     T = 4
     fixed = ((0.25, 0.25, 0.0, 0.0), (0.0, 0.0, 0.25, 0.25)) if method == "fixed" else ()
@@ -26,30 +26,38 @@ def test_ci_iterations_run(tmp_path, backend, method):
     assert len(run.metrics) == 2 and run.reward_names == ("color", "position")
     rec = run.metrics[-1]
     assert all(rec[f"time/{p}"] >= 0 for p in ("sampling", "rewards", "optimisation"))
-    if method == "reward_sum":
-        assert rec["W"] is None  # an aggregation mode, not a W
-    else:
-        W = torch.tensor(rec["W"], dtype=torch.float64)
-        assert W.shape == (2, T)
-        torch.testing.assert_close(W.sum(0), torch.full((T,), 1 / T, dtype=torch.float64))
+    W = torch.tensor(rec["W"], dtype=torch.float64)  # every method but the per-sample baselines has a (K, T) W
+    assert W.shape == (2, T)
+    torch.testing.assert_close(W.sum(0), torch.full((T,), 1 / T, dtype=torch.float64))
+    torch.testing.assert_close(W.sum(1), torch.tensor([0.5, 0.5], dtype=torch.float64))
+    if method in ("static", "uniform", "reward_sum"):
+        assert torch.equal(W, torch.full((2, T), 0.5 / T, dtype=torch.float64))
     assert any(not torch.equal(a, b) for a, b in zip(before, tr.policy.params)), "training must move the params"
-    if method == "recast":
+    if method == "recast":  # the run's own table, in the release's format, is the W it trained with
+        from recast.archives import load_table
+
+        table = load_table(tmp_path / "recast_weights.npz")
+        assert torch.equal(W, torch.from_numpy(table.W)) and rec["D"] is None and not run.weights
+    if method == "recast_live":
         assert len(run.weights) == 2 and rec["D"] is not None
         rows = torch.tensor(run.weights[-1]["W"], dtype=torch.float64).sum(1)
         torch.testing.assert_close(rows, torch.tensor([0.5, 0.5], dtype=torch.float64))
     assert (tmp_path / "checkpoint.pt").is_file() and list((tmp_path / "grids").glob("*.png"))
 
 
-def test_recast_with_one_reward_equals_uniform(tmp_path):
+@pytest.mark.parametrize("method,baseline", [("recast", "static"), ("recast_live", "uniform")])
+def test_recast_with_one_reward_equals_its_baseline(tmp_path, method, baseline):
+    """With one reward W's marginals force W = λ/T: the paper's ReCAST trains exactly as its static baseline, and our
+    live reading exactly as uniform, bit for bit."""
     runs = {}
-    for method in ("recast", "uniform"):
-        cfg = preset("ci", method=method, iterations=3, rewards=("color",), train_columns=3)
-        tr = Trainer(cfg, tmp_path / method)
+    for m in (method, baseline):
+        cfg = preset("ci", method=m, iterations=3, rewards=("color",), train_columns=3)
+        tr = Trainer(cfg, tmp_path / m)
         tr.run()
-        runs[method] = tr
-    for a, b in zip(runs["recast"].policy.params, runs["uniform"].policy.params):
+        runs[m] = tr
+    for a, b in zip(runs[method].policy.params, runs[baseline].policy.params):
         assert torch.equal(a, b)
-    for a, b in zip(runs["recast"].policy.ema, runs["uniform"].policy.ema):
+    for a, b in zip(runs[method].policy.ema, runs[baseline].policy.ema):
         assert torch.equal(a, b)
 
 
@@ -71,7 +79,8 @@ def test_ema_decay_changes_what_is_evaluated_not_what_is_trained(tmp_path):
 
 
 def test_recast_every_estimates_D_only_when_it_re_solves_W(tmp_path):
-    cfg = preset("ci", iterations=4, rewards=("color", "position"), lam=(1.0, 1.0), recast_every=2)
+    cfg = preset("ci", iterations=4, rewards=("color", "position"), lam=(1.0, 1.0), recast_every=2,
+                 method="recast_live")
     tr = Trainer(cfg, tmp_path)
     run = tr.run()
     assert [w["iteration"] for w in run.weights] == [2, 4] and tr.tracker.num_updates == 2
@@ -217,7 +226,8 @@ def test_full_finetune_with_kl_runs(tmp_path):
 def test_grad_accum_gives_the_same_step(tmp_path):
     trainers = []
     for accum in (1, 2):
-        tr = Trainer(preset("ci", iterations=1, grad_accum=accum, rewards=("color", "size")), tmp_path / str(accum))
+        tr = Trainer(preset("ci", iterations=1, grad_accum=accum, rewards=("color", "size"), method="recast_live"),
+                     tmp_path / str(accum))
         tr.run()
         trainers.append(tr)
     for a, b in zip(*(t.policy.params for t in trainers)):

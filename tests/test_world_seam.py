@@ -82,13 +82,27 @@ def test_sd35_preset_validates_without_loading_anything(tmp_path):
     from recast.cli import build_parser, config_from_args
     from recast.trainer.validate import validate
 
+    import numpy as np
+
+    from recast.archives import DensityProfile, save_profile
+    from recast.sampling import sigma_schedule
+
     assert preset("sd35").device == "cuda"
     cfg = preset("sd35", device="cpu")  # validation refuses cuda on a machine without a GPU
-    spec = validate(cfg, tmp_path)
-    assert spec.reward_names == ("geneval", "ocr", "pickscore", "clipscore") and spec.lam.tolist() == [0.25] * 4
+    with pytest.raises(ValueError, match="needs a weight table.*recast profile --world sd3:.* --num-steps 25"):
+        validate(cfg, tmp_path / "a")  # the paper's method needs a profile of this model; none is committed
+    names = ("geneval", "ocr", "pickscore", "clipscore")
+    rng = np.random.default_rng(0)
+    save_profile(DensityProfile(sigma_schedule(25, 3.0).double().numpy(),
+                                {n: rng.gamma(4.0, 0.25, size=(16, 25)) for n in names}), tmp_path / "p.npz")
+    cfg = cfg.replace(weight_file=str(tmp_path / "p.npz"))
+    spec = validate(cfg, tmp_path / "b")
+    assert spec.reward_names == names and spec.lam.tolist() == [0.25] * 4
+    assert spec.table.reward_names == names and spec.table.num_steps == 25  # solved for λ before anything loads
     assert spec.world == "sd3:stabilityai/stable-diffusion-3.5-medium"  # resolved once, trusted by the trainer
-    assert (cfg.group_size, cfg.num_steps, cfg.lora_rank, cfg.lora_alpha, cfg.lr, cfg.mixed_precision) == \
-        (24, 10, 32, 64.0, 3e-4, "bf16")
+    assert (cfg.group_size, cfg.num_steps, cfg.train_columns, cfg.lora_rank, cfg.lora_alpha, cfg.lr, cfg.nft_beta,
+            cfg.kl_beta, cfg.nft_norm, cfg.ema_decay, cfg.mixed_precision) == \
+        (24, 25, 24, 32, 64.0, 3e-4, 0.1, 1e-4, "x0", 0.0, "bf16")
     args = build_parser().parse_args(["train", "--preset", "sd35", "--world", "sd3:/models/sd35", "--out", "x"])
     assert config_from_args(args).world == "sd3:/models/sd35"
 
@@ -104,7 +118,7 @@ def test_process_plan_of_the_sd35_preset_on_8_gpus():
 @pytest.mark.parametrize("backend", ["nft", "grpo"])
 def test_sd3_tiny_runs_one_recast_iteration(tmp_path, backend):
     cfg = preset("ci", world="sd3-tiny", rewards=("jpeg", "rank:jpeg"), lam=(2.0, 1.0), backend=backend,
-                 iterations=1, eval_prompts=2)
+                 iterations=1, eval_prompts=2, method="recast_live")
     tr = Trainer(cfg, tmp_path)
     assert tuple(tr.world.sample_shape) == (16, 16, 16)  # VAE latents, not pixels
     before = [p.detach().clone() for p in tr.policy.params]
@@ -144,7 +158,9 @@ def test_sd3_tiny_runs_one_recast_iteration(tmp_path, backend):
 # machines"), so the hash failed there at a commit whose CI passed. The records are now compared field by field: the
 # same keys and lines, discrete values exactly, numbers to 1e-4 relative. A change here means the digit world's numbers
 # changed: find out why before regenerating tests/data/ci_run_records.json (a torch / diffusers upgrade can legitimately
-# move the last bits).
+# move the last bits). Re-recorded 2026-12-06 when the paper's recipe took the name "recast" (issue 56): the ci preset
+# now trains the paper's static baseline ("pre" aggregation, no weights.jsonl), every signal is computed in float64,
+# and the metrics gained signal/sd.
 CI_RUN_RECORDS = ROOT / "tests" / "data" / "ci_run_records.json"
 
 

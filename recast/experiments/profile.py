@@ -25,7 +25,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--world", default="data/digit_base", help="world spec: a digit-world folder, tiny, sd3:PATH, ...")
     p.add_argument("--split", default="train", help="prompt split: train | test")
     p.add_argument("--setting", default="compose", help="reward setting: compose | quality")
-    p.add_argument("--rewards", help="comma-separated reward names (instead of --setting)")
+    p.add_argument("--rewards", help="comma-separated reward names (instead of --setting), or all (every reward of every setting)")
     p.add_argument("--lam", default="", help="budgets, one per reward, comma-separated (default: the setting's "
                    "budgets, equal unless the world sets them; equal with --rewards)")
     p.add_argument("--estimator", default="tweedie", help="tweedie (cheap) | rollout (ground truth)")
@@ -42,6 +42,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu | cuda")
     p.add_argument("--out", default="runs/profile", help="folder for profile.json and profile.{png,pdf}")
     p.add_argument("--json", action="store_true", help="also print the profile object to stdout")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out archive (--proposal)")
+    from recast.experiments.weights_cli import add_proposal_arguments
+
+    add_proposal_arguments(p)
     return p
 
 
@@ -55,7 +59,9 @@ def _checked(args: argparse.Namespace):
         raise ValueError(f"unknown --estimator {args.estimator!r}; choose one of {ESTIMATORS}")
     spec = resolve_world(args.world)
     info = world_info(spec)  # a missing or damaged world is refused here, before any weights are read
-    if args.rewards:
+    if args.rewards == "all":  # every reward some setting trains
+        names = tuple(dict.fromkeys(n for setting in info.reward_settings.values() for n in setting))
+    elif args.rewards:
         names = tuple(n for n in args.rewards.split(",") if n)
     elif args.setting in info.reward_settings:
         names = tuple(info.reward_settings[args.setting])
@@ -73,6 +79,8 @@ def _checked(args: argparse.Namespace):
     lam = default_budgets(info, args.setting, lam=lam, rewards=names if args.rewards else ())
     if lam and (len(lam) != len(names) or min(lam) < 0 or sum(lam) <= 0 or any(x != x for x in lam)):
         raise ValueError(f"--lam needs {len(names)} budgets >= 0 with a positive sum, got {args.lam!r}")
+    if getattr(args, "proposal", None):
+        return spec, names, lam
     for flag, value, low in [("--num-prompts", args.num_prompts, 4), ("--num-steps", args.num_steps, 1),
                              ("--num-rollouts", args.num_rollouts, 1), ("--substeps", args.substeps, 1),
                              ("--bootstrap", args.bootstrap, 0)]:
@@ -129,6 +137,10 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         spec, names, lam = _checked(args)
+        if args.proposal:
+            from recast.experiments.weights_cli import run_proposal
+
+            return run_proposal(args, spec, names)
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
     except (ValueError, FileNotFoundError, PermissionError) as err:

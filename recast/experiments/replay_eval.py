@@ -1,6 +1,9 @@
-"""Trajectory replay measured at equal reward queries: settings × {uniform, recast} × {no replay, replay} × seeds.
+"""Trajectory replay measured at equal reward queries: settings × {uniform, recast_live} × {no replay, replay} × seeds.
 
-    runs = plan_replay(settings=("compose", "quality"), methods=("uniform", "recast"), seeds=(0, 1, 2))
+(Replay re-normalises each stored reward against the current batch, so it runs with the per_reward aggregation:
+uniform and our live reading, recast_live; the round that used it called the live method "recast".)
+
+    runs = plan_replay(settings=("compose", "quality"), methods=("uniform", "recast_live"), seeds=(0, 1, 2))
     sweep.run_sweep(runs, jobs=2)             # the λ-sweep's runner: skips finished runs, resumes killed ones
     rows = collect(runs)                       # sweep_results.collect + reward queries and training seconds per run
     cells = compare_replay(rows, methods)      # paired replay − no-replay differences with 95 % intervals
@@ -30,7 +33,7 @@ from recast.experiments.sweep import SweepRun
 __all__ = ["SUFFIX", "arm", "plan_replay", "collect", "compare_replay", "query_curves", "efficiency",
            "reward_judge_check"]
 
-SUFFIX = "+replay"  # method label of a replay arm: "recast+replay"
+SUFFIX = "+replay"  # method label of a replay arm: "recast_live+replay"
 
 
 def arm(method: str, replay: bool) -> str:
@@ -45,7 +48,7 @@ def _with_out(args: tuple[str, ...], out: Path) -> list[str]:
 
 
 def plan_replay(*, world: str = "data/digit_base", settings: tuple[str, ...] = ("compose", "quality"),
-                methods: tuple[str, ...] = ("uniform", "recast"), seeds: tuple[int, ...] = (0, 1, 2),
+                methods: tuple[str, ...] = ("uniform", "recast_live"), seeds: tuple[int, ...] = (0, 1, 2),
                 preset: str = "cpu", iterations: int | None = None, replay_share: float = 1.0,
                 replay_capacity: int = 256, replay_max_age: int = 8, priorities: dict[str, str] | None = None,
                 sets: dict[str, object] | None = None, out_root: str | os.PathLike = "runs/replay") -> list[SweepRun]:
@@ -54,7 +57,7 @@ def plan_replay(*, world: str = "data/digit_base", settings: tuple[str, ...] = (
     Args:
         world, settings, methods, seeds, preset, iterations, sets: as `recast.experiments.sweep.plan_sweep`.
         replay_share, replay_capacity, replay_max_age: the replay arms' `TrainConfig` fields.
-        priorities: method -> replay_priority (default: "informativeness" for recast, "advantage" otherwise).
+        priorities: method -> replay_priority (default: "informativeness" for recast_live, "advantage" otherwise).
         out_root: runs go to ``out_root/<setting>/uniform/<arm>/seed_<s>``.
 
     Raises:
@@ -64,7 +67,7 @@ def plan_replay(*, world: str = "data/digit_base", settings: tuple[str, ...] = (
     from recast.runargs import config_from_args, train_parser
     from recast.trainer.validate import validate_config
 
-    prio = {m: "informativeness" if m == "recast" else "advantage" for m in methods}
+    prio = {m: "informativeness" if m == "recast_live" else "advantage" for m in methods}
     extra = sorted(set(priorities or {}) - set(methods))
     if extra:
         raise ValueError(f"priorities given for methods not in the plan: {extra} (methods: {list(methods)})")
@@ -110,13 +113,13 @@ def collect(runs: list[SweepRun]) -> list[dict]:
     return rows
 
 
-def compare_replay(rows: list[dict], methods: tuple[str, ...] = ("uniform", "recast"),
+def compare_replay(rows: list[dict], methods: tuple[str, ...] = ("uniform", "recast_live"),
                    confidence: float = 0.95) -> list[dict]:
     """Paired differences over seeds: each method with replay against itself without, and (when both ran)
     recast with replay against uniform without (the seed's whole recipe against the static baseline)."""
     pairs = [(arm(m, True), m) for m in methods]
-    if "recast" in methods and "uniform" in methods:
-        pairs.append((arm("recast", True), "uniform"))
+    if "recast_live" in methods and "uniform" in methods:
+        pairs.append((arm("recast_live", True), "uniform"))
     return [c for a, b in pairs for c in sweep_results.compare(rows, method=a, baseline=b, confidence=confidence)]
 
 
@@ -133,7 +136,7 @@ def query_curves(runs: list[SweepRun]) -> list[dict]:
     return out
 
 
-def efficiency(curve_rows: list[dict], metric: str, methods: tuple[str, ...] = ("uniform", "recast")) -> list[dict]:
+def efficiency(curve_rows: list[dict], metric: str, methods: tuple[str, ...] = ("uniform", "recast_live")) -> list[dict]:
     """Per setting and method: the reward queries the replay arm needs to reach the no-replay arm's final seed-mean
     `metric`, as a ratio of the no-replay arm's queries (`recast.experiments.sweep_results.efficiency`; None: never reached), and its
     inverse, the sample-efficiency gain (the seed paper's "2–6×"); the gain is None where replay never gets there,

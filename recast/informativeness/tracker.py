@@ -190,8 +190,14 @@ class InformativenessTracker:
             return torch.zeros(self.K, self.T, dtype=torch.float64)
         return telescoping_gains(self.D)
 
-    def weights(self, lam, temperature: float = 1.0, floor: float = 1e-6, uniform_mix: float = 0.0) -> torch.Tensor:
-        """W (K, T): rows λ, equal columns; λ/T until `ready`, noise-shrunk profiles over the trained columns after."""
+    def weights(self, lam, temperature: float = 1.0, floor: float = 1e-6, uniform_mix: float = 0.0,
+                kernel: str = "power") -> torch.Tensor:
+        """W (K, T): rows λ, equal columns; λ/T until `ready`, noise-shrunk profiles over the trained columns after.
+
+        ``kernel`` "power" is this repo's first reading, (q + floor)^(1/τ) on the profiles q (`solve_weights`);
+        "exp" is the paper's, exp(g / mean g / τ) on the gains (`recast.offline.paper_weights`), then mixed towards
+        λ/T by ``uniform_mix``.
+        """
         lam_t = torch.as_tensor(lam, dtype=torch.float64)
         static = static_weights(lam_t, self.T)
         if not self.ready():
@@ -202,7 +208,15 @@ class InformativenessTracker:
             g, self.noise_share = profile_noise_share(g, self.gains_boot[:, :, :self.m])
         else:
             self.noise_share = torch.zeros(self.K, dtype=torch.float64)
-        W_m = solve_weights(g, lam_t, temperature=temperature, floor=floor, uniform_mix=uniform_mix)
+        if kernel == "power":
+            W_m = solve_weights(g, lam_t, temperature=temperature, floor=floor, uniform_mix=uniform_mix)
+        elif kernel == "exp":
+            from recast.offline import paper_weights
+
+            W_m = torch.from_numpy(paper_weights(g.numpy(), lam_t.numpy(), temperature)) * lam_t.sum()
+            W_m = (1 - uniform_mix) * W_m + uniform_mix * static_weights(lam_t, self.m)
+        else:
+            raise ValueError(f"kernel must be 'power' or 'exp', got {kernel!r}")
         if self.m == self.T:
             return W_m
         # trained columns carry (m/T) of every budget, spread by W_m; the untrained ones keep λ/T

@@ -2,8 +2,9 @@
 
 Both accumulate gradients over the iteration's training examples (one column per forward batch, optionally split
 into `grad_accum` chunks); the caller clips and steps the optimiser. Examples are (sample i, column j) pairs: each
-sample trains `train_columns` columns drawn at random from the eligible ones, and its signal at column j comes from
-W through `step_signal`.
+sample trains `train_columns` columns drawn at random from the eligible ones, and its signal at column j is S[i, j],
+the signal matrix `recast.credit.Credit.normalise` made (a mixing weight for nft, an advantage for grpo). The sample
+and the column it trains at are drawn together and read together, so a signal never belongs to another step.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from recast.sampling import PromptEmbeds, predict_velocity, sde_transition
-from recast.advantages import step_signal
 from recast.trainer.losses import gaussian_mean_kl, grpo_loss, nft_loss
-from recast.trainer.step_credit import StepCredit
 
 __all__ = ["Rollouts", "OptOutput", "NonFiniteLossError", "RewardError", "draw_columns", "nft_optimise", "grpo_optimise"]
 
@@ -88,7 +87,7 @@ def _check(loss: torch.Tensor, where: str) -> None:
                                  "(the last checkpoint is intact). Lower lr or nft_beta, or enable grad_clip.")
 
 
-def nft_optimise(model, policy, ro: Rollouts, p: torch.Tensor, W: torch.Tensor, sigmas: torch.Tensor, cfg,
+def nft_optimise(model, policy, ro: Rollouts, S: torch.Tensor, sigmas: torch.Tensor, cfg,
                  generator: torch.Generator, accelerator, info_mask: torch.Tensor | None) -> OptOutput:
     """DiffusionNFT forward-process loss over the iteration's (sample, column) examples; accumulates gradients.
 
@@ -96,9 +95,8 @@ def nft_optimise(model, policy, ro: Rollouts, p: torch.Tensor, W: torch.Tensor, 
         model: the (possibly DDP-wrapped) transformer to differentiate through.
         policy: `Policy` (old and reference forwards).
         ro: rollouts (x0, embeds).
-        p: per-reward optimality probabilities (K, B).
-        W: (K, T) weights, column j trains at sigma_j; None for the reward_sum aggregation (p is then (1, B)); or a
-            baseline's `StepCredit` (p then holds the per-reward advantages A).
+        S: (B, T) the signal matrix: S[i, j] is sample i's mixing weight p in [0, 1] when it trains at column j
+            (which trains at sigma_j).
         sigmas: (T+1,) grid.
         cfg: TrainConfig.
         generator: CPU RNG for columns and forward-process noise.
@@ -134,7 +132,7 @@ def nft_optimise(model, policy, ro: Rollouts, p: torch.Tensor, W: torch.Tensor, 
         sync = n == len(work) - 1
         with (accelerator.no_sync(model) if not sync else _null()), accelerator.autocast():
             v_theta = predict_velocity(model, x_sigma, sigma, emb).float()
-            p_j = _signal(W, p, idx.to(p.device), j)
+            p_j = S[idx, j]
             out = nft_loss(v_theta, v_old, u, p_j.to(x0.device), nft_beta=cfg.nft_beta, norm=cfg.nft_norm,
                            sigma=torch.full((idx.numel(),), sigma, device=x0.device),
                            scale=scale, v_ref=v_ref, kl_beta=cfg.kl_beta)
@@ -148,7 +146,7 @@ def nft_optimise(model, policy, ro: Rollouts, p: torch.Tensor, W: torch.Tensor, 
     return OptOutput(parts=sums, proxy_x0=x, proxy_sample=s, proxy_row=r)
 
 
-def grpo_optimise(model, policy, ro: Rollouts, A: torch.Tensor, W: torch.Tensor, sigmas: torch.Tensor, cfg,
+def grpo_optimise(model, policy, ro: Rollouts, S: torch.Tensor, sigmas: torch.Tensor, cfg,
                   generator: torch.Generator, accelerator, info_mask: torch.Tensor | None) -> OptOutput:
     """Flow-GRPO PPO-clip over stored SDE transitions; accumulates gradients.
 
@@ -157,7 +155,7 @@ def grpo_optimise(model, policy, ro: Rollouts, A: torch.Tensor, W: torch.Tensor,
     Informativeness proxies come free from the sampler's own x0_hats at every interior grid row.
 
     Args:
-        A: per-reward clipped advantages (K, B); other arguments as in `nft_optimise`.
+        S: (B, T) the signal matrix of advantages A_j in [−c, c]; other arguments as in `nft_optimise`.
     """
     B, T = ro.x0.shape[0], len(sigmas) - 1
     eligible = T - 1
@@ -183,7 +181,7 @@ def grpo_optimise(model, policy, ro: Rollouts, A: torch.Tensor, W: torch.Tensor,
                     ref = sde_transition(cfg.sde_type, x, v_ref, sigma, sigma_next, cfg.sde_noise_level,
                                          sigma_max=sigma_max, x_next=x_next)
                 kl = gaussian_mean_kl(step.mean, ref.mean, step.std.expand(idx.numel()))
-            A_j = _signal(W, A, dev_idx, j)
+            A_j = S[idx, j].to(ro.x0.device)
             out = grpo_loss(step.log_prob, old_lp, A_j, clip_range=cfg.clip_range, kl=kl, kl_beta=cfg.kl_beta)
             _check(out.loss, f"column {j}")
             accelerator.backward(out.loss * (idx.numel() / N))
@@ -195,14 +193,6 @@ def grpo_optimise(model, policy, ro: Rollouts, A: torch.Tensor, W: torch.Tensor,
     rows = torch.arange(1, T)
     x = ro.x0_hats[1:T][:, s.to(ro.x0.device)].flatten(0, 1)
     return OptOutput(parts=sums, proxy_x0=x, proxy_sample=s.repeat(T - 1), proxy_row=rows.repeat_interleave(s.numel()))
-
-
-def _signal(W, s: torch.Tensor, idx: torch.Tensor, j: int) -> torch.Tensor:
-    """The training signal of samples ``idx`` at column j: through W (`step_signal`), or a baseline's per-sample
-    `StepCredit` (then ``s`` holds the per-reward advantages A)."""
-    if isinstance(W, StepCredit):
-        return W.signal(s, idx, j)
-    return step_signal(W, s[:, idx], torch.full((idx.numel(),), j, dtype=torch.long))
 
 
 class _null:

@@ -22,7 +22,7 @@ import torch
 from recast.io import atomic_write_bytes, read_json, read_jsonl, to_jsonable
 
 __all__ = ["CHECKPOINT", "FORMAT", "LOG_FILES", "RESUMABLE_FIELDS", "CheckpointError", "capture_rng", "restore_rng",
-           "check_plain", "save_checkpoint", "load_checkpoint", "check_resume_config", "weights_fingerprint",
+           "check_plain", "save_checkpoint", "load_checkpoint", "check_resume_config", "upgrade_config", "weights_fingerprint",
            "world_fingerprint",
            "capture_logs", "restore_logs", "truncate_jsonl", "non_finite"]
 
@@ -36,7 +36,8 @@ RESOLVED_FIELDS = ("setting", "rewards", "lam")
 # Fields added after runs existed, whose default reproduces those runs exactly: a config.json that lacks one matches
 # a config that holds its default (so runs made before trajectory replay still resume).
 LATER_FIELDS = ("replay_share", "replay_priority", "replay_capacity", "replay_max_age", "step_credit_eps", "otca_explore",
-                "world_settings", "sdpa_backend", "lora_merge_rollouts", "compile_blocks")
+                "world_settings", "sdpa_backend", "lora_merge_rollouts", "compile_blocks", "aggregation",
+                "weight_file", "kernel")
 # Values that name one behaviour: "auto" mixed precision resolves to "no" unless accelerate is configured otherwise
 # (the run marker records what it resolved to), so a run made when the default was "no" still resumes.
 SAME_VALUES = {"mixed_precision": ({"no", "auto"},)}
@@ -165,7 +166,7 @@ def check_resume_config(run_dir: str | Path, cfg_dict: dict, source: str | None 
         raise ValueError(f"cannot resume: {path} does not hold a recast config (a JSON object)")
     from recast.config import TrainConfig
 
-    now = to_jsonable(cfg_dict)
+    saved, now = upgrade_config(saved), upgrade_config(to_jsonable(cfg_dict))
     default = TrainConfig().to_dict()
     later = {k: default[k] for k in LATER_FIELDS}
     def same(k, a, b) -> bool:
@@ -180,6 +181,14 @@ def check_resume_config(run_dir: str | Path, cfg_dict: dict, source: str | None 
                            for k in diff)
         raise ValueError(f"cannot resume {run_dir}: config differs from the saved config.json ({detail}); "
                          "resume with the same settings or start a new --out")
+
+
+def upgrade_config(d: dict) -> dict:
+    """A config saved before the paper's recipe took the name "recast" (no ``aggregation`` field) with its method as
+    it is named now: that "recast" estimated W live, which is method "recast_live" today."""
+    if isinstance(d, dict) and "aggregation" not in d and d.get("method") == "recast":
+        return {**d, "method": "recast_live"}
+    return d
 
 
 def weights_fingerprint(modules: Iterable[torch.nn.Module]) -> str:

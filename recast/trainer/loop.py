@@ -18,7 +18,7 @@ import torch
 
 from recast.config import TrainConfig
 from recast.distributed import process_plan
-from recast.credit import Credit
+from recast.credit import Credit, Trajectory
 from recast.io import append_jsonl, remove_stale_temps, write_json
 from recast.sampling import sample_ode, sample_sde, sigma_schedule
 import recast.trainer.checkpoint as ckpt
@@ -31,7 +31,6 @@ from recast.trainer.replay import ReplayBuffer
 from recast.trainer.replay_step import replay_batch
 from recast.trainer.rundir import RunLock, check_run_dir, unlink_run_files
 from recast.trainer.speed import compile_blocks, merged_lora, sdpa_context
-from recast.trainer.step_credit import StepCredit, step_credit
 from recast.trainer.validate import RUN_MARKER, check_out_dir, validate_config
 
 __all__ = ["Trainer", "train", "NonFiniteLossError", "RewardError"]
@@ -118,16 +117,19 @@ class Trainer(Persistent):
             self.replay_gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + 500_009)
         self.queries = {"images": 0, "proxies": 0}  # reward queries so far: fresh samples scored, x0_hat proxies scored
         trained = cfg.num_steps - 1 if (cfg.backend == "grpo" or cfg.skip_last_column) else cfg.num_steps
-        # the credit assignment (normalisation, W, the live estimate) is the public `recast.credit.Credit`
-        self.credit = Credit(self.reward_names, cfg.num_steps, self.lam,
-                             method="uniform" if cfg.method in ("per_step", "otca") else cfg.method,
+        # the credit assignment (normalisation, W, the live estimate) is the public `recast.credit.Credit`, built
+        # from what validation resolved once (the method, its weight table)
+        weights = self.spec.table if self.spec.method.weights == "table" else (
+            cfg.fixed_W if self.spec.method.weights == "fixed" else None)
+        self.credit = Credit(self.reward_names, cfg.num_steps, self.lam, method=cfg.method, weights=weights,
+                             aggregation=cfg.aggregation, kernel=cfg.kernel, sigmas=self.sigmas,
                              signal="nft" if cfg.backend == "nft" else "grpo", adv_clip_max=cfg.adv_clip_max,
                              std_scope=cfg.std_scope, std_floor=cfg.reward_std_floor, alpha=cfg.alpha,
                              temperature=cfg.temperature, floor=cfg.floor, uniform_mix=cfg.uniform_mix,
                              window=cfg.tracker_window, min_pairs=cfg.tracker_min_pairs,
                              bootstrap=cfg.tracker_bootstrap, ema=cfg.tracker_ema, trained_columns=trained,
-                             recast_every=cfg.recast_every, fixed_W=cfg.fixed_W if cfg.method == "fixed" else None,
-                             seed=cfg.seed)
+                             recast_every=cfg.recast_every, step_eps=cfg.step_credit_eps,
+                             otca_explore=cfg.otca_explore, seed=cfg.seed)
         self.iteration = 0
         self.resumed = resume
         if self.main:  # safe: we hold the lock, so no live writer owns these temp files
@@ -137,10 +139,16 @@ class Trainer(Persistent):
             self._resume()
         elif self.main:
             unlink_run_files(self.out)
-            write_json(self.out / "config.json", {**cfg.to_dict(), RUN_MARKER: {
-                "format": "recast-run/1", "reward_names": list(self.reward_names), "lam": self.lam.tolist(),
-                "sigmas": self.sigmas.tolist(), "world_fingerprint": self.world_fingerprint,
-                "mixed_precision": str(self.acc.mixed_precision), "world_settings": self.spec.world_settings}})
+            marker = {"format": "recast-run/2", "reward_names": list(self.reward_names), "lam": self.lam.tolist(),
+                      "sigmas": self.sigmas.tolist(), "world_fingerprint": self.world_fingerprint,
+                      "mixed_precision": str(self.acc.mixed_precision), "world_settings": self.spec.world_settings,
+                      "method": {"weights": self.spec.method.weights, "aggregation": self.spec.method.aggregation,
+                                 "kernel": self.spec.method.kernel, "weight_file": self.spec.weight_file}}
+            if self.spec.table is not None:  # the run's own table, in the release's format (it trains there too)
+                from recast.archives import save_table
+
+                save_table(self.spec.table, self.out / "recast_weights.npz")
+            write_json(self.out / "config.json", {**cfg.to_dict(), RUN_MARKER: marker})
         if cfg.log_with:
             self.acc.init_trackers("recast", config={k: str(v) for k, v in cfg.to_dict().items()})
 
@@ -151,8 +159,8 @@ class Trainer(Persistent):
 
     @property
     def W(self):
-        """The W in force (K, T), None for reward_sum."""
-        return self.credit.W
+        """The W in force (K, T); for the per-sample baselines the batch mean of their step credit."""
+        return self.credit.mean_W()
 
     @property
     def D(self):
@@ -185,7 +193,7 @@ class Trainer(Persistent):
             with self.policy.use("old") as tr, (merged_lora(tr) if cfg.lora_merge_rollouts else nullcontext()):
                 if cfg.backend == "nft":  # the baselines' step credit reads the trajectory
                     out = sample_ode(tr, embeds, self.sigmas, noise=noise,
-                                     return_trajectory=cfg.method in ("per_step", "otca"))
+                                     return_trajectory=self.spec.method.weights == "sample")
                 else:
                     out = sample_sde(tr, embeds, self.sigmas, noise_level=cfg.sde_noise_level, noise=noise,
                                      generator=self.gen, sde_type=cfg.sde_type)
@@ -223,22 +231,22 @@ class Trainer(Persistent):
             R = self.score(ro.x0, ro.prompts)
             R_all = self.acc.gather(R.T.contiguous()).T  # (K, B * processes), groups stay contiguous
             local = slice(self.acc.process_index * cfg.B, (self.acc.process_index + 1) * cfg.B)
-            credit = self.credit.normalise(R_all, torch.arange(R_all.shape[1]) // cfg.group_size)
+            traj = None
+            if self.spec.method.weights == "sample":  # this process's trajectories, for its own samples
+                traj = Trajectory(ro.xs.cpu(), ro.x0_hats.cpu(), ro.x0.cpu(), torch.arange(local.start, local.stop))
+            credit = self.credit.normalise(R_all, torch.arange(R_all.shape[1]) // cfg.group_size, trajectory=traj)
             adv, train_adv = credit.adv, credit.train
         W_used = self.W
         info_mask = self._info_mask() if self.tracker is not None else None
-        signal = credit.signal[:, local]
-        if cfg.method in ("per_step", "otca"):
-            W_used, signal = self._step_credit(ro, adv.A[:, local]), adv.A[:, local]
+        S = credit.S[local]  # (B, T): each local sample's signal at every step
         batch, replay_rec = ro, {}
         if self.replay is not None:
             with timer("replay"):
-                batch, signal, info_mask, replay_rec = replay_batch(self, ro, R_all, train_adv, signal, info_mask)
+                batch, S, info_mask, replay_rec = replay_batch(self, ro, R_all, train_adv, S, info_mask)
         n_replay = batch.x0.shape[0] - ro.x0.shape[0]
         with timer("optimisation"), sdpa_context(cfg.sdpa_backend):
             backend = nft_optimise if cfg.backend == "nft" else grpo_optimise
-            out = backend(self.model, self.policy, batch, signal, W_used, self.sigmas, cfg, self.gen, self.acc,
-                          info_mask)
+            out = backend(self.model, self.policy, batch, S, self.sigmas, cfg, self.gen, self.acc, info_mask)
             grad_norm = self._optimiser_step()
         if self.tracker is not None:
             self._informativeness(out, ro.prompts, info_mask)
@@ -246,7 +254,7 @@ class Trainer(Persistent):
             timer.times["solver"] += self.credit.times["solver"]
             if self.credit.resolved and self.main:
                 append_jsonl(self.out / "weights.jsonl", {
-                    "iteration": i + 1, "D": self.D, "gains": self.tracker.gains(), "W": self.W,
+                    "iteration": i + 1, "D": self.D, "gains": self.tracker.gains(), "W": self.credit.W,
                     "noise_share": self.tracker.noise_share, "pairs": self.tracker.pairs_per_row(),
                     "ready": self.tracker.ready()})
         else:
@@ -261,8 +269,11 @@ class Trainer(Persistent):
         for k, name in enumerate(self.reward_names):
             rec[f"reward/{name}/mean"], rec[f"reward/{name}/std"] = float(R_all[k].mean()), float(R_all[k].std())
             rec[f"silenced/{name}"] = float(adv.silenced[k])  # 1: batch std below the floor, p = 0.5 this iteration
-        if cfg.method == "reward_sum":
+        if self.spec.method.aggregation == "reward_sum":
             rec["silenced/reward_sum"] = float(train_adv.silenced[0])
+        # the spread of the combined signal actually trained on (what a fixed KL weight is measured against)
+        S_all = credit.S[torch.isfinite(credit.S).all(1)]
+        rec["signal/sd"] = float(S_all.std()) if S_all.numel() > 1 else 0.0
         rec.update({f"loss/{k}": v for k, v in out.parts.items()})
         rec["grad_norm"] = grad_norm
         # replayed samples cost no reward query: curves against reward queries read these two counters
@@ -272,20 +283,12 @@ class Trainer(Persistent):
         rec["zero_std_frac"] = float((R_all.reshape(R_all.shape[0], -1, cfg.group_size).std(-1) == 0).float().mean())
         rec.update({f"time/{k}": v for k, v in timer.times.items()})
         rec["time/total"] = time.perf_counter() - start
-        rec["W"], rec["D"] = (W_used.mean_W() if isinstance(W_used, StepCredit) else W_used), self.D
+        rec["W"], rec["D"] = W_used, self.D
         if self.main:
             append_jsonl(self.out / "metrics.jsonl", rec)
         if cfg.log_with:
             self.acc.log({k: v for k, v in rec.items() if isinstance(v, float)}, step=i + 1)
         return rec
-
-    def _step_credit(self, ro: Rollouts, A: torch.Tensor) -> StepCredit:
-        """The per-sample step credit of the per_step and otca baselines, from this batch's trajectories."""
-        cfg = self.cfg
-        m = self.T - 1 if (cfg.backend == "grpo" or cfg.skip_last_column) else self.T
-        return step_credit(cfg.method, A=A.cpu(), lam=self.lam, latents=ro.xs.cpu(), x0_hats=ro.x0_hats.cpu(),
-                           final=ro.x0.cpu(), m=m, kind=cfg.backend, adv_clip_max=cfg.adv_clip_max,
-                           eps=cfg.step_credit_eps, explore=cfg.otca_explore)
 
     def _count_queries(self, fresh: int, out) -> None:
         """Add this iteration's reward queries: every fresh sample (all processes), every x0_hat proxy scored."""

@@ -98,12 +98,14 @@ class Run:
         return np.array([r["iteration"] for r in recs]), np.array([r[key] for r in recs], dtype=float)
 
     def require_W_history(self) -> None:
-        """Raise ValueError unless the run logged W re-solves (weights.jsonl): only method='recast' runs do."""
+        """Raise ValueError unless the run logged W re-solves (weights.jsonl): only the live estimate (method
+        'recast_live') re-solves W; the paper's recast trains one W, its weight table (recast_weights.npz)."""
         if not self.weights:
             method = self.config.get("method", "?")
             raise ValueError(f"{self.path} has no W history (weights.jsonl is empty or missing): it is a "
-                             f"method={method!r} run, whose W is fixed at lambda/T or fixed_W; point run_dir at a "
-                             "method='recast' run")
+                             f"method={method!r} run, whose W does not change during training (its weight table, "
+                             "lambda/T or fixed_W); point run_dir at a method='recast_live' run, or read a recast run's "
+                             "table with recast.archives.load_table(RUN/recast_weights.npz)")
 
     def solve_iterations(self, panels: int) -> list[int]:
         """Up to `panels` iterations with a W re-solve, evenly spread from the first to the last.
@@ -121,7 +123,7 @@ class Run:
         """The last W (K, T) solved at or before `iteration` (and the iteration it was solved at)."""
         recs = [r for r in self.weights if r["iteration"] <= iteration] or self.weights[:1]
         if not recs:
-            raise ValueError(f"{self.path} has no W records (weights.jsonl): was it a method='recast' run?")
+            raise ValueError(f"{self.path} has no W records (weights.jsonl): was it a method='recast_live' run?")
         return recs[-1]["iteration"], np.array(recs[-1]["W"], dtype=float)
 
     def D_at(self, iteration: int) -> tuple[int, np.ndarray]:

@@ -121,9 +121,7 @@ class Persistent:
                 ckpt.restore_rng(saved, {})
             append_jsonl(self.out / "eval.jsonl", rec)
             if self.cfg.log_with:
-                from recast.trainer.step_credit import StepCredit
                 from recast.trainer.tracking import log_evaluation
 
-                W = self.W.mean_W() if isinstance(self.W, StepCredit) else self.W
-                log_evaluation(self.acc, self.cfg.log_with, rec, self.last_eval_images, W, self.reward_names,
+                log_evaluation(self.acc, self.cfg.log_with, rec, self.last_eval_images, self.W, self.reward_names,
                                self.sigmas.tolist(), self.iteration)

@@ -153,14 +153,17 @@ def merge_replay(ro: Rollouts, signal: torch.Tensor, info_mask: torch.Tensor | N
 
     Replayed samples never feed the informativeness estimate: scoring their x̂_0 would cost new reward queries.
 
+    Args:
+        signal: (B, T) the fresh samples' signal matrix; replay_signal: (n, T) the replayed samples'.
+
     Returns:
-        (rollouts, signal (K, B + n), info_mask (B + n,) or None).
+        (rollouts, signal (B + n, T), info_mask (B + n,) or None).
     """
     n = x0.shape[0]
     emb = PromptEmbeds(torch.cat([ro.embeds.encoder_hidden_states, embeds.encoder_hidden_states]),
                        torch.cat([ro.embeds.pooled_projections, embeds.pooled_projections]))
     merged = Rollouts(list(ro.prompts) + list(prompts), emb, torch.cat([ro.x0, x0.to(ro.x0)]))
-    sig = torch.cat([signal, replay_signal.to(signal)], dim=1)
+    sig = torch.cat([signal, replay_signal.to(signal)], dim=0)
     mask = None if info_mask is None else torch.cat([info_mask, torch.zeros(n, dtype=torch.bool)])
     return merged, sig, mask
 

@@ -19,15 +19,15 @@ __all__ = ["replay_batch"]
 def _weights(trainer) -> torch.Tensor:
     """Per-reward weights of the |advantage| and informativeness priorities (one weight for reward_sum's sum)."""
     cfg = trainer.cfg
-    if cfg.method == "reward_sum":
+    if trainer.spec.method.aggregation == "reward_sum":
         return torch.ones(1, dtype=torch.float64)
     if cfg.replay_priority == "informativeness":
-        tr = trainer.tracker  # validation requires method="recast", so the tracker exists
+        tr = trainer.tracker  # validation requires the live estimate (recast_live), so the tracker exists
         return informativeness_weights(trainer.lam, tr.gains() if tr.ready() else None, tr.m)
     return trainer.lam.to(torch.float64)
 
 
-def replay_batch(trainer, ro: Rollouts, R_all: torch.Tensor, train_adv: Advantages, signal: torch.Tensor,
+def replay_batch(trainer, ro: Rollouts, R_all: torch.Tensor, train_adv: Advantages, S: torch.Tensor,
                  info_mask: torch.Tensor | None):
     """Expire old records, draw this iteration's replayed samples and append them to the fresh batch.
 
@@ -36,12 +36,13 @@ def replay_batch(trainer, ro: Rollouts, R_all: torch.Tensor, train_adv: Advantag
         ro: the fresh rollouts (B samples).
         R_all: the fresh raw rewards (K, B).
         train_adv: the fresh batch's training advantages (per reward, or of the reward_sum aggregate).
-        signal: the fresh NFT signal p (K', B).
+        S: the fresh samples' signal matrix (B, T).
         info_mask: (B,) samples scored for informativeness, or None.
 
     Returns:
-        (rollouts (B + n samples), signal (K', B + n), info_mask (B + n,) or None, record), where record holds the
-        replay metrics and, under "_offsets", the fresh samples' prompt offsets (K, B) for the buffer.
+        (rollouts (B + n samples), S (B + n, T), info_mask (B + n,) or None, record), where record holds the
+        replay metrics and, under "_offsets", the fresh samples' prompt offsets (K, B) for the buffer. A replayed
+        sample's per-reward signal is mixed through the method's W (`recast.credit.Credit.mix`).
     """
     cfg, buf = trainer.cfg, trainer.replay
     now = trainer.iteration + 1
@@ -50,9 +51,9 @@ def replay_batch(trainer, ro: Rollouts, R_all: torch.Tensor, train_adv: Advantag
            "replay/buffer": float(len(buf)), "replay/mean_age": 0.0}
     n = min(replay_count(cfg.replay_share, cfg.B), len(buf))
     if n == 0:
-        return ro, signal, info_mask, rec
+        return ro, S, info_mask, rec
     R_b, off = buf.R, buf.offset
-    if cfg.method == "reward_sum":  # the aggregate is linear, so its offset is the budget-weighted sum of offsets
+    if trainer.spec.method.aggregation == "reward_sum":  # the aggregate is linear, so its offset is the budget-weighted sum of offsets
         R_b, off, R_now = reward_sum(R_b, trainer.lam), reward_sum(off, trainer.lam), reward_sum(R_now, trainer.lam)
     adv = restandardise(R_b, off, R_now, cfg.group_size, adv_clip_max=cfg.adv_clip_max, std_scope=cfg.std_scope,
                         silenced=train_adv.silenced.cpu())
@@ -62,6 +63,6 @@ def replay_batch(trainer, ro: Rollouts, R_all: torch.Tensor, train_adv: Advantag
     with torch.no_grad(), trainer.acc.autocast():
         embeds = trainer.world.encode_prompts(prompts)
     rec["replay/mean_age"] = float(ages[idx].double().mean())
-    batch, sig, mask = merge_replay(ro, signal, info_mask, buf.x0[idx].to(ro.x0.device), prompts, embeds,
-                                    adv.p[:, idx])
+    batch, sig, mask = merge_replay(ro, S, info_mask, buf.x0[idx].to(ro.x0.device), prompts, embeds,
+                                    trainer.credit.mix(adv.p[:, idx]))
     return batch, sig, mask, rec

@@ -27,7 +27,7 @@ __all__ = ["EXIT_BUSY", "LOCK_FILE", "RUN_FILES", "RUN_MARKER", "RunDirBusyError
 
 LOCK_FILE = ".recast.lock"
 # Everything a run writes: any of these in a folder means "this folder holds something".
-RUN_FILES = ("config.json", *LOG_FILES, CHECKPOINT, "grids", "adapters")
+RUN_FILES = ("config.json", *LOG_FILES, CHECKPOINT, "grids", "adapters", "recast_weights.npz")
 _FOLDERS = ("grids", "adapters")
 RUN_MARKER = "_run"  # config.json of a recast run holds this key (reward names, budgets, grid, world fingerprint)
 AUTO = "auto"

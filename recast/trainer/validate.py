@@ -13,10 +13,11 @@ from pathlib import Path
 
 import torch
 
-from recast.config import (BACKENDS, METHODS, NFT_NORMS, REPLAY_PRIORITIES, SDE_TYPES, STD_SCOPES, TrainConfig,
+from recast.config import (BACKENDS, NFT_NORMS, REPLAY_PRIORITIES, SDE_TYPES, STD_SCOPES, TrainConfig,
                            check_field_types, resolve_budgets, resolve_rewards, resolve_world)
+from recast.credit.methods import MethodSpec, resolve_method
 from recast.io import check_safetensors, read_json
-from recast.solver import min_temperature
+from recast.solver import ConvergenceError, min_temperature
 from recast.advantages import normalise_budgets, validate_W
 from recast.trainer.rundir import RUN_FILES, RUN_MARKER, check_out_dir, check_run_dir, is_recast_run
 from recast.trainer.speed import SDPA_BACKENDS
@@ -88,6 +89,9 @@ class RunSpec:
         settings: the world's own settings object resolved from ``world_settings`` and the setting (SD3:
             `SD3Settings`), or None for a world without settings.
         world_settings: those settings as plain data (what config.json's run marker records).
+        method: the credit method resolved (`recast.credit.resolve_method`): where W comes from and the aggregation.
+        table: method recast's `recast.archives.WeightTable` for these rewards and budgets, else None.
+        weight_file: the profile or table file it came from, else None.
     """
 
     world: str
@@ -95,6 +99,9 @@ class RunSpec:
     lam: torch.Tensor
     settings: object = None
     world_settings: dict | None = None
+    method: MethodSpec | None = None
+    table: object = None
+    weight_file: str | None = None
 
 
 def validate_config(cfg: TrainConfig) -> RunSpec:
@@ -108,7 +115,10 @@ def validate_config(cfg: TrainConfig) -> RunSpec:
     """
     _need(isinstance(cfg, TrainConfig), f"expected a TrainConfig, got {type(cfg).__name__}")
     check_field_types(cfg)
-    _need(cfg.method in METHODS, f"unknown method {cfg.method!r}; choose one of {METHODS}")
+    try:
+        method = resolve_method(cfg.method, cfg.aggregation, cfg.kernel)
+    except ValueError as err:
+        raise ValueError(f"config field method/aggregation/kernel: {err}") from None
     _need(cfg.backend in BACKENDS, f"unknown backend {cfg.backend!r}; choose one of {BACKENDS}")
     _need(cfg.std_scope in STD_SCOPES, f"unknown std_scope {cfg.std_scope!r}; choose one of {STD_SCOPES}")
     _need(cfg.nft_norm in NFT_NORMS, f"unknown nft_norm {cfg.nft_norm!r}; choose one of {NFT_NORMS}")
@@ -126,21 +136,22 @@ def validate_config(cfg: TrainConfig) -> RunSpec:
     _need(B % G == 0, f"group_size={G} does not divide the batch size {B}: set batch_size to a multiple of {G}")
     _need(cfg.num_steps >= (2 if cfg.backend == "grpo" else 1),
           f"num_steps must be >= 1 (>= 2 for grpo: the last step is deterministic), got {cfg.num_steps}")
-    if cfg.method == "fixed":
+    if method.weights == "fixed":
         _need(len(cfg.fixed_W) > 0, "method='fixed' needs fixed_W, a (K, T) matrix with rows lam and equal columns")
         validate_W(cfg.fixed_W, lam, cfg.num_steps)
-    if cfg.method in ("per_step", "otca"):
+    if method.weights == "sample":
         _need(cfg.step_credit_eps > 0, "step_credit_eps must be > 0")
         _need(0 <= cfg.otca_explore <= 1, "otca_explore must be in [0, 1]")
         _need(cfg.replay_share == 0, f"config field replay_share: method {cfg.method!r} weights each sample's own "
               "trajectory, which a replayed sample no longer has; set replay_share=0")
-    if cfg.method == "recast":
-        _need(cfg.informativeness_subset >= 2, "informativeness_subset must be >= 2 for method='recast'")
+    if method.weights == "live":
+        _need(cfg.informativeness_subset >= 2, f"informativeness_subset must be >= 2 for method {cfg.method!r}")
         smallest = min_temperature(cfg.floor)
-        _need(cfg.temperature >= smallest, f"config field temperature: {cfg.temperature:g} is below the smallest "
-                                           f"temperature the weight solver resolves at floor={cfg.floor:g}: "
-                                           f"{smallest:.3g}")
-    _check_replay(cfg)
+        _need(method.kernel != "power" or cfg.temperature >= smallest,
+              f"config field temperature: {cfg.temperature:g} is below the smallest temperature the weight solver "
+              f"resolves at floor={cfg.floor:g}: {smallest:.3g}")
+    table, weight_file = (_weight_table(cfg, world, info, names, lam) if method.weights == "table" else (None, None))
+    _check_replay(cfg, method)
     check_trackers(cfg.log_with)
     _need(cfg.sdpa_backend in SDPA_BACKENDS, f"config field sdpa_backend: unknown {cfg.sdpa_backend!r}; choose from "
                                              f"{SDPA_BACKENDS}")
@@ -148,10 +159,61 @@ def validate_config(cfg: TrainConfig) -> RunSpec:
                                                             "(lora_rank > 0); a full fine-tuning run has no adapter")
     _check_device(cfg.device)
     settings, plain = world_settings(world, cfg.setting, cfg.world_settings, rewards=names)
-    return RunSpec(world, names, lam, settings, plain)
+    return RunSpec(world, names, lam, settings, plain, method, table, weight_file)
 
 
-def _check_replay(cfg: TrainConfig) -> None:
+def _weight_table(cfg: TrainConfig, world: str, info, names, lam):
+    """Method recast's W for this run: its weight_file (a profile, solved for λ here, or a table whose budgets must
+    be λ), or the world's committed profile for this grid; refused before compute, naming the command that makes one."""
+    import numpy as np
+
+    from recast.archives import is_table, load_profile, load_table, table_from_profile
+    from recast.sampling import sigma_schedule
+
+    sigmas = sigma_schedule(cfg.num_steps, cfg.shift).double().numpy()
+    make = (f"make one with `python -m recast profile --world {cfg.world} --proposal SOURCE --num-steps "
+            f"{cfg.num_steps} --shift {cfg.shift:g} --out PROFILE.npz` and pass --set weight_file=PROFILE.npz, or "
+            "train --method static (the paper's baseline) or recast_live (W estimated live)")
+    if cfg.weight_file and cfg.weight_file != "auto":
+        candidates, named = [cfg.weight_file], True
+    else:
+        candidates, named = list(info.profiles), False
+    for path in candidates:
+        if named and not Path(path).is_file():
+            raise FileNotFoundError(f"config field weight_file: {path}: no such file")
+        if is_table(path):
+            table = load_table(path)
+        else:
+            profile = load_profile(path)
+            missing = [n for n in names if n not in profile.ratios]
+            if missing or profile.sigmas.size != sigmas.size or np.abs(profile.sigmas - sigmas).max() > 1e-5:
+                if named:
+                    why = f"no ratios for {missing}" if missing else f"its grid has T={profile.num_steps} steps, " \
+                          f"not the run's {cfg.num_steps} (shift {cfg.shift:g})"
+                    raise ValueError(f"config field weight_file: {path}: {why}; {make}")
+                continue
+            try:
+                table = table_from_profile(profile, lam.tolist(), cfg.temperature, reward_names=names,
+                                           alpha=cfg.alpha)
+            except ConvergenceError as err:
+                raise ValueError(f"config field temperature: {cfg.temperature:g} with {path}: {err}") from None
+        try:
+            table = table.subset(names)
+        except ValueError as err:
+            raise ValueError(f"config field weight_file: {path}: {err}") from None
+        if table.num_steps != cfg.num_steps or np.abs(table.sigmas - sigmas).max() > 1e-5:
+            raise ValueError(f"config field weight_file: {path}: the table's grid (T={table.num_steps}) is not the "
+                             f"run's (T={cfg.num_steps}, shift {cfg.shift:g}); {make}")
+        own = torch.as_tensor(table.budgets / table.budgets.sum(), dtype=torch.float64)
+        _need((own - lam).abs().max() <= 1e-6, f"config field weight_file: {path} is a weight table for the budgets "
+              f"{[round(x, 6) for x in own.tolist()]}, the run's are {[round(x, 6) for x in lam.tolist()]}: pass the "
+              "profile it came from instead (a table follows from a profile for any budgets)")
+        return table, str(path)
+    raise ValueError(f"method 'recast' needs a weight table, and world {world!r} has no committed density-ratio "
+                     f"profile for rewards {list(names)} on a {cfg.num_steps}-step grid (shift {cfg.shift:g}): {make}")
+
+
+def _check_replay(cfg: TrainConfig, method: MethodSpec) -> None:
     """Trajectory replay (`recast.trainer.replay`): a backend that can use stale samples, and a buffer that can fill."""
     from recast.trainer.replay import replay_count
 
@@ -163,9 +225,13 @@ def _check_replay(cfg: TrainConfig) -> None:
                                 "backend cannot replay samples, because its PPO ratio needs the log-probs of the "
                                 "policy that drew them, and a stored sample's drawing policy is gone (no importance "
                                 "correction is implemented); set replay_share=0 or backend='nft'")
-    _need(cfg.replay_priority != "informativeness" or cfg.method == "recast",
-          f"config field replay_priority: 'informativeness' reads ReCAST's D gains, which only method='recast' "
-          f"estimates (method is {cfg.method!r}); use replay_priority='advantage' or 'recency'")
+    _need(method.aggregation in ("per_reward", "reward_sum"),
+          f"config field replay_share: replay re-normalises each reward of a stored sample against the current batch, "
+          f"which the {method.aggregation!r} aggregation of method {cfg.method!r} (raw rewards mixed before "
+          "normalising) has no form for; use aggregation per_reward or set replay_share=0")
+    _need(cfg.replay_priority != "informativeness" or method.weights == "live",
+          f"config field replay_priority: 'informativeness' reads the live estimate's D gains, which only "
+          f"method='recast_live' has (method is {cfg.method!r}); use replay_priority='advantage' or 'recency'")
     n = replay_count(cfg.replay_share, cfg.B)
     _need(n >= 1, f"config field replay_share: {cfg.replay_share:g} x batch size {cfg.B} rounds to 0 replayed "
                   "samples per iteration; raise it or set 0 to turn replay off")

@@ -68,6 +68,23 @@ class DigitsWorld:
 
         return rewards.get(name)(device)
 
+    def render_proposals(self, prompts: Sequence[str], generator: torch.Generator | None = None) -> torch.Tensor:
+        """Clean renderings of the prompts from the base glyphs, in model space (B, 3, H, W): the digit world's
+        analogue of a strong external generator, a proposal for `recast profile --proposal renderings`."""
+        from recast.worlds.digits.data import render, to_model
+
+        device = next(self.inner.transformer.parameters()).device
+        return to_model(render(list(prompts), glyph_split="base", generator=generator)).to(device)
+
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """Images (B, 3, H, W) in [0, 1] at the canvas size -> model space (a proposal folder's images)."""
+        from recast.worlds.digits.data import to_model
+
+        if tuple(images.shape[1:]) != self.sample_shape:
+            raise ValueError(f"digit-world proposals must be {self.sample_shape[1]}x{self.sample_shape[2]} RGB images, "
+                             f"got shape {tuple(images.shape[1:])}")
+        return to_model(images.clamp(0, 1))
+
     def prefer(self, a_images: torch.Tensor, b_images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         """The pairwise preference judge (`recast.worlds.digits.judges.preference.prefer`): +1 / -1 / 0 per pair."""
         from recast.worlds.digits.judges.preference import prefer
@@ -115,7 +132,27 @@ def info(arg: str | None = None):
         for p in sorted(Path(arg).glob("*.safetensors")):
             check_safetensors(p)
     _check_judge_weights()
-    return WorldInfo(dict(rewards.SETTINGS), rewards.names(), setting_budgets=dict(rewards.BUDGETS))
+    return WorldInfo(dict(rewards.SETTINGS), rewards.names(), setting_budgets=dict(rewards.BUDGETS),
+                     profiles=committed_profiles(arg))
+
+
+def committed_profiles(arg: str | None) -> tuple[str, ...]:
+    """The density-ratio profiles committed for a digit world (data/profiles/, data/README.md says how each was made):
+    the base model's, for "digits:" naming the committed base; the tiny world's smoke profile for "tiny" (seed 0)."""
+    from recast.config import DATA_ROOT
+
+    folder = DATA_ROOT / "profiles"
+    if arg is None or arg.isdigit():
+        stem = "tiny_renderings"
+    else:
+        try:
+            same = Path(arg).resolve() == (DATA_ROOT / "digit_base").resolve()
+        except OSError:
+            same = False
+        if not same:
+            return ()
+        stem = "digit_base_renderings"
+    return tuple(str(p) for p in sorted(folder.glob(f"{stem}_T*.npz")))
 
 
 def _check_judge_weights() -> None:

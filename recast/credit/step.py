@@ -1,5 +1,7 @@
 """Per-sample step credit of the baselines ReCAST is compared with (research/study/preregistration.md, "Arms").
 
+`recast.credit.Credit` (methods "per_step" and "otca") builds it from a batch's `Trajectory`.
+
 Neither baseline keeps ReCAST's marginals: their weights vary per sample, and no budget is enforced by construction.
 
 * ``per_step`` (CoCA-style): one weight per (sample, step), the same for every reward. Step j's weight is the gain in
@@ -118,6 +120,16 @@ class StepCredit:
         if self.kind == "grpo":
             return a
         return (0.5 + a / (2 * self.adv_clip_max)).clamp(0.0, 1.0)
+
+    def matrix(self, A: torch.Tensor, T: int) -> torch.Tensor:
+        """The signal of every sample at every column (B, T) float64; columns past the m trained ones carry none
+        (p = 0.5 for "nft", A = 0 for "grpo")."""
+        B, m = self.w.shape
+        idx = torch.arange(B)
+        S = torch.full((B, T), 0.0 if self.kind == "grpo" else 0.5, dtype=torch.float64)
+        for j in range(min(m, T)):
+            S[:, j] = self.signal(A.double(), idx, j)
+        return S
 
     def mean_W(self) -> torch.Tensor:
         """The batch mean of c_i ⊗ w_i (K, m), a W-shaped summary for the logs (total 1)."""

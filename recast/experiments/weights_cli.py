@@ -1,0 +1,243 @@
+"""The paper's offline W from the command line: profiles from a proposal, and weight tables from profiles.
+
+    python -m recast profile --proposal renderings --rewards all --out data/profiles/digit_base_renderings_T6.npz
+    python -m recast profile --world sd3:PATH --proposal DIR --num-steps 25 --out runs/sd35_profile.npz
+    python -m recast weights PROFILE.npz --lam 2,1,1,1 --out recast_weights.npz
+
+`profile --proposal SOURCE` writes a density-ratio archive in the release's format (`recast.archives`): SOURCE is
+``self`` (the model's own samples, which the authors call too weak a proposal), ``renderings`` (the digit world's
+clean renderings of each prompt, its analogue of a strong external generator) or a folder of images with their
+prompts (``prompts.jsonl``, one ``{"file": "a.png", "prompt": "..."}`` per line: any external generator). `weights`
+turns a profile into a weight table for budgets λ in milliseconds. Bad input exits 2 with one line, before compute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+__all__ = ["add_proposal_arguments", "add_weights_parser", "run_proposal", "run_weights", "read_proposal_folder"]
+
+MAX_STEPS = 1000
+
+
+def add_proposal_arguments(p: argparse.ArgumentParser) -> None:
+    """The proposal mode's options of `recast profile`."""
+    g = p.add_argument_group("density-ratio profile (--proposal): the paper's offline W")
+    g.add_argument("--proposal", help="self | renderings | a folder of images with prompts.jsonl: writes the "
+                   "density-ratio archive (--out FILE.npz, or OUT/profile.npz)")
+    g.add_argument("--proposals-per-prompt", type=int, default=1, help="proposal samples per prompt (self, renderings)")
+    g.add_argument("--num-continuations", type=int, default=4, help="M model continuations from each noised proposal")
+    g.add_argument("--num-base", type=int, default=8, help="the model's own samples per prompt, for E[r | prompt]")
+    g.add_argument("--reward-offset", action="append", default=[], metavar="NAME=C", help="add C to every score of "
+                   "reward NAME (a reward that can be negative needs it; recorded in the archive)")
+    g.add_argument("--no-debias", action="store_true", help="keep the continuations' Monte-Carlo excess in D")
+    g.add_argument("--batch-size", type=int, default=256, help="states per forward pass")
+
+
+def add_weights_parser(sub) -> argparse.ArgumentParser:
+    """Register `recast weights PROFILE --lam ... --out TABLE.npz`."""
+    w = sub.add_parser("weights", help="a weight table (the paper's W for budgets λ) from a density-ratio profile")
+    w.add_argument("profile", help="a density-ratio archive (recast profile --proposal, or the release's format)")
+    w.add_argument("--lam", required=True, help="budgets, one per reward, comma-separated")
+    w.add_argument("--rewards", help="the table's rewards, comma-separated, in row order (default: all the profile's)")
+    w.add_argument("--temperature", default="1", help="τ: one value, or one per reward, comma-separated")
+    w.add_argument("--alpha", type=float, default=2.0, help="Rényi order (> 1)")
+    w.add_argument("--out", required=True, help="the table's path (.npz; an existing file is refused unless "
+                   "--overwrite)")
+    w.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    return w
+
+
+def _floats(text: str, flag: str) -> list[float]:
+    try:
+        values = [float(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} expects comma-separated numbers, got {text!r}"[:200]) from None
+    if not values or not all(math.isfinite(v) for v in values):
+        raise ValueError(f"{flag} expects finite numbers, got {text!r}"[:200])
+    return values
+
+
+def _out_path(out: str, default_name: str, overwrite: bool) -> Path:
+    p = Path(out)
+    if p.suffix != ".npz":
+        p = p / default_name
+    if p.is_symlink() or (p.exists() and not p.is_file()):
+        raise ValueError(f"--out {p} is a link or not a regular file; choose another path")
+    if p.exists() and not overwrite:
+        raise FileExistsError(f"--out {p} exists; pass --overwrite to replace it")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def run_weights(args: argparse.Namespace) -> int:
+    """Entry point of `recast weights`; returns the exit status."""
+    from recast.archives import load_profile, save_table, table_from_profile
+    from recast.solver import ConvergenceError
+
+    try:
+        names = [n for n in (args.rewards or "").split(",") if n] or None
+        profile = load_profile(args.profile, names)
+        names = names or list(profile.reward_names)
+        lam = _floats(args.lam, "--lam")
+        if len(lam) != len(names):
+            raise ValueError(f"--lam has {len(lam)} budgets for {len(names)} rewards {names}")
+        tau = _floats(args.temperature, "--temperature")
+        if len(tau) not in (1, len(names)):
+            raise ValueError(f"--temperature needs 1 or {len(names)} values, got {len(tau)}")
+        out = _out_path(args.out, "recast_weights.npz", args.overwrite)
+        table = table_from_profile(profile, lam, tau if len(tau) > 1 else tau[0], reward_names=names,
+                                   alpha=args.alpha)
+        save_table(table, out)
+    except (ValueError, FileNotFoundError, FileExistsError, PermissionError, ConvergenceError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps({"table": str(out), "reward_names": list(table.reward_names), "num_steps": table.num_steps,
+                      "row_sums": [round(x, 6) for x in table.W.sum(1).tolist()],
+                      "max_departure_from_static": round(float(abs(table.W * table.num_steps /
+                                                                   table.W.sum(1, keepdims=True) - 1).max()), 4)}))
+    return 0
+
+
+def read_proposal_folder(folder: str | Path) -> tuple[list, list[str]]:
+    """(images as float tensors (3, H, W) in [0, 1], prompts) of a proposal folder's ``prompts.jsonl``.
+
+    Raises:
+        ValueError / FileNotFoundError: a missing or malformed prompts.jsonl, a missing or unreadable image.
+    """
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    root = Path(folder)
+    index = root / "prompts.jsonl"
+    if not index.is_file():
+        raise FileNotFoundError(f"--proposal {root}: no prompts.jsonl (one {{\"file\": ..., \"prompt\": ...}} per line)")
+    images, prompts = [], []
+    for n, line in enumerate(index.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            raise ValueError(f"{index}:{n}: not JSON") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("file"), str) or not isinstance(rec.get("prompt"), str):
+            raise ValueError(f"{index}:{n}: expected {{\"file\": \"NAME.png\", \"prompt\": \"...\"}}")
+        path = (root / rec["file"]).resolve()
+        if root.resolve() not in path.parents or not path.is_file():
+            raise ValueError(f"{index}:{n}: {rec['file']!r} is not a file inside {root}")
+        try:
+            with Image.open(path) as im:
+                arr = np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0
+        except OSError as err:
+            raise ValueError(f"{path}: not a readable image ({err})") from None
+        images.append(torch.from_numpy(arr).permute(2, 0, 1).contiguous())
+        prompts.append(rec["prompt"])
+    if not prompts:
+        raise ValueError(f"{index} lists no images")
+    return images, prompts
+
+
+def _offsets(items) -> dict:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--reward-offset expects NAME=C, got {item!r}"[:200])
+        out[name] = _floats(value, f"--reward-offset {name}")[0]
+    return out
+
+
+def _check(args: argparse.Namespace, names) -> dict:
+    """Every input of the proposal mode, before anything loads; returns the reward offsets."""
+    import torch
+
+    for flag, value, low in [("--num-prompts", args.num_prompts, 1), ("--num-steps", args.num_steps, 1),
+                             ("--num-continuations", args.num_continuations, 1), ("--num-base", args.num_base, 1),
+                             ("--substeps", args.substeps, 1), ("--proposals-per-prompt", args.proposals_per_prompt, 1),
+                             ("--batch-size", args.batch_size, 1)]:
+        if value < low:
+            raise ValueError(f"{flag} must be >= {low}, got {value}")
+    if args.num_steps > MAX_STEPS:
+        raise ValueError(f"--num-steps must be <= {MAX_STEPS}, got {args.num_steps}")
+    if not (math.isfinite(args.shift) and args.shift > 0):
+        raise ValueError(f"--shift must be a finite number > 0, got {args.shift}")
+    try:
+        dev = torch.device(args.device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"--device {args.device!r} is not a device; use cpu or cuda") from None
+    if dev.type not in ("cpu", "cuda") or (dev.type == "cuda" and not torch.cuda.is_available()):
+        raise ValueError(f"--device {args.device!r} is not available here (use cpu)")
+    offsets = _offsets(args.reward_offset)
+    unknown = sorted(set(offsets) - set(names))
+    if unknown:
+        raise ValueError(f"--reward-offset names rewards {unknown} that are not profiled ({list(names)})")
+    return offsets
+
+
+def run_proposal(args: argparse.Namespace, spec: str, names) -> int:
+    """`recast profile --proposal ...`: the density-ratio archive of a world's rewards (and a summary line)."""
+    import torch
+
+    from recast.archives import save_profile
+    from recast.informativeness.ratios import density_ratios
+    from recast.sampling import sample_ode, sigma_schedule
+    from recast.world import load_world
+
+    try:
+        offsets = _check(args, names)
+        out = _out_path(args.out, "profile.npz", getattr(args, "overwrite", False))
+        folder = None
+        if args.proposal not in ("self", "renderings"):
+            folder = read_proposal_folder(args.proposal)
+    except (ValueError, FileNotFoundError, FileExistsError, PermissionError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    torch.manual_seed(args.seed)
+    world = load_world(spec, seed=args.seed).to(args.device)
+    world.freeze()
+    sigmas = sigma_schedule(args.num_steps, args.shift)
+    gen = torch.Generator().manual_seed(args.seed)
+    with torch.no_grad():
+        if folder is not None:
+            if not hasattr(world, "encode_images"):
+                print(f"error: world {spec!r} cannot encode proposal images", file=sys.stderr)
+                return 2
+            images, prompts = folder
+            try:
+                x0 = torch.cat([world.encode_images(im[None].to(args.device)) for im in images])
+            except ValueError as err:
+                print(f"error: {err}", file=sys.stderr)
+                return 2
+        else:
+            pool = world.prompts(args.split)
+            base = pool[:: max(1, len(pool) // args.num_prompts)][:args.num_prompts]
+            prompts = [p for p in base for _ in range(args.proposals_per_prompt)]
+            if args.proposal == "renderings":
+                if not hasattr(world, "render_proposals"):
+                    print(f"error: world {spec!r} has no renderings; use --proposal self or a folder", file=sys.stderr)
+                    return 2
+                x0 = world.render_proposals(prompts, gen)
+            else:
+                x0 = sample_ode(world.transformer, world.encode_prompts(prompts), sigmas,
+                                shape=world.sample_shape, generator=gen, return_trajectory=False).x0
+    meta = {"proposal": str(args.proposal), "world": str(args.world), "split": args.split,
+            "num_steps": args.num_steps, "shift": args.shift, "model": "the world's base model"}
+    try:
+        profile = density_ratios(world, names, prompts, x0, sigmas=sigmas, num_continuations=args.num_continuations,
+                                 num_base=args.num_base, substeps=args.substeps, seed=args.seed, offsets=offsets,
+                                 debias=not args.no_debias, batch_size=args.batch_size, meta=meta,
+                                 progress=(lambda line: print(line, file=sys.stderr, flush=True)))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    save_profile(profile, out)
+    cost = profile.meta["cost"]
+    print(f"wrote {out}: {len(names)} rewards x {len(prompts)} proposals x {args.num_steps} steps; cost "
+          f"{cost['reward_queries']} reward queries, {cost['model_evaluations']} model evaluations, "
+          f"{cost['seconds']:.0f} s")
+    return 0
