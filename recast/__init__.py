@@ -13,12 +13,14 @@ from recast.informativeness import (
     telescoping_gains,
     tweedie_discriminability,
 )
+from recast.offline import paper_weights
 from recast.solver import ConvergenceError, solve_weights, static_weights
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ConvergenceError",
+    "paper_weights",
     "InformativenessTracker",
     "posterior_discriminability",
     "renyi_discriminability",

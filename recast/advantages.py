@@ -62,6 +62,9 @@ def normalise_budgets(lam, K: int) -> torch.Tensor:
     if lam is None or len(lam) == 0:
         return torch.full((K,), 1.0 / K, dtype=torch.float64)
     t = check_budgets(torch.as_tensor(lam, dtype=torch.float64).flatten(), K, name="lam")
+    if not torch.isfinite(t.sum()):
+        raise ValueError(f"lam sum to inf (each is finite, their sum overflows): give budgets of a smaller scale, "
+                         f"e.g. {[1.0] * K}")
     return t / t.sum()
 
 

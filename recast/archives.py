@@ -61,7 +61,9 @@ def _names(values, where: str) -> tuple[str, ...]:
 
 
 def _open(path) -> np.lib.npyio.NpzFile:
-    p = Path(path)
+    from recast.config import resolve_path
+
+    p = resolve_path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such file")
     try:

@@ -1,7 +1,9 @@
 """Command line of the ReCAST trainer.
 
     python -m recast train --preset cpu --setting compose --method recast --lam 0.4,0.15,0.15,0.15,0.15 --out runs/x
-    python -m recast demo                  # ReCAST vs uniform, compose, cpu preset, seeds 0,1,2 (recast/experiments/demo.py)
+    python -m recast demo                  # ReCAST vs static, compose, cpu preset, seeds 0,1,2 (recast/experiments/demo.py)
+    python -m recast profile --proposal renderings --out P.npz    # the density ratios the paper's W is built from
+    python -m recast weights P.npz --lam 2,1,1,1,1 --out T.npz    # the weight table for budgets λ (weights_cli.py)
     python -m recast profile --setting compose --estimator rollout   # when is each reward informative (profile.py)
 
 Bad input exits with status 2 and a one-line message saying what to fix (no traceback).
@@ -25,13 +27,15 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("out_dir", help="an empty or new folder for pytorch_lora_weights.safetensors")
     e.add_argument("--which", default="ema", choices=("ema", "raw"), help="the EMA of the weights (what evaluations "
                    "sample) or the raw trained weights")
-    d = sub.add_parser("demo", help="ReCAST vs uniform (and other methods), same seeds; summary and paired tables, a figure")
-    d.add_argument("--preset", default="cpu", help="ci | cpu | gpu")
+    d = sub.add_parser("demo", help="the paper's ReCAST vs its static baseline (and other methods), same seeds; summary "
+                       "and paired tables, a figure")
+    d.add_argument("--preset", default="cpu", help="ci | cpu (= paper) | reading | gpu")
     d.add_argument("--setting", default="compose", help="compose | quality")
     d.add_argument("--lam", type=_floats, default=(), help="budgets (default: the setting's; equal in compose, "
                    "sharpness-heavy in quality)")
-    d.add_argument("--methods", default="recast,uniform",
-                   help="comma-separated methods to compare, e.g. recast,uniform,reward_sum")
+    d.add_argument("--methods", default="recast,static",
+                   help="comma-separated methods to compare, the first against each other, e.g. "
+                        "recast,static,recast_live,uniform")
     d.add_argument("--seeds", default="0,1,2", help="comma-separated seeds; every method runs every seed")
     d.add_argument("--iterations", type=int, help="override the preset's iterations")
     d.add_argument("--workers", type=int, help="parallel training processes (default: CPU count)")

@@ -246,6 +246,18 @@ def _roots(path: str) -> list[Path]:
     return out
 
 
+def resolve_path(path: str | os.PathLike) -> Path:
+    """A file named relative to the repo (e.g. "data/profiles/...") found from the cwd, else from the repo root and,
+    for "data/...", the data root; returned unchanged when it is nowhere (the caller names the missing file)."""
+    p = Path(path)
+    if p.exists() or p.is_absolute():
+        return p
+    for root in _roots(str(path)):
+        if root.exists():
+            return root
+    return p
+
+
 def resolve_world(world: str) -> str:
     """The `recast.world` spec of a config's `world` value (no world is loaded).
 

@@ -34,11 +34,11 @@ RECIPES: dict[str, tuple[tuple[str, ...], str]] = {
             "-p out_dir runs/02_informativeness_256_s16"), "02_informativeness"),
     "03": (("papermill notebooks/03_train.ipynb runs/figures/03.ipynb -p preset cpu -p method recast -p iterations 30 "
             "-p out_dir runs/figures/03_train",), "03_train"),
-    "demo": (("python -m recast demo --setting compose --methods recast,uniform,reward_sum --seeds 0,1,2,3,4 "
+    "demo": (("python -m recast demo --setting compose --methods recast,static,uniform,reward_sum --seeds 0,1,2,3,4 "
               "--out runs/demo5_compose",
-              "python -m recast demo --setting quality --methods recast,uniform,reward_sum --seeds 0,1,2,3,4 "
+              "python -m recast demo --setting quality --methods recast,static,uniform,reward_sum --seeds 0,1,2,3,4 "
               "--out runs/demo5_quality",
-              "python -m recast demo --setting timing --methods recast,uniform --seeds 0,1,2 --out runs/demo_timing"),
+              "python -m recast demo --setting timing --methods recast,static --seeds 0,1,2 --out runs/demo_timing"),
              "demo_compose, demo_quality, demo_timing"),
     "04": (("papermill notebooks/04_w_heatmaps.ipynb runs/figures/04.ipynb -p run_dir runs/demo5_compose/recast/seed_0",),
            "04_w_heatmaps (after demo)"),

@@ -1,6 +1,7 @@
-"""The main job: ReCAST vs the uniform baseline on one reward setting, same seeds, same sample budget.
+"""The main job: the paper's ReCAST against its static baseline on one reward setting, same seeds, same sample budget.
 
-    python -m recast demo                       # compose setting, cpu preset, seeds 0,1,2, both methods
+    python -m recast demo                       # compose setting, cpu (= paper) preset, seeds 0,1,2, both methods
+    python -m recast demo --methods recast,static,recast_live,uniform      # and our first reading beside them
 
 Each (method, seed) is a full training run (`recast.trainer.train`) in `out_dir/<method>/seed_<s>`; runs are spread
 over worker processes (one torch thread each). The summary — mean ± std over seeds of every training reward and
@@ -102,7 +103,7 @@ def run_demo(
     preset_name: str = "cpu",
     setting: str = "compose",
     lam: tuple[float, ...] = (),
-    methods: tuple[str, ...] = ("recast", "uniform"),
+    methods: tuple[str, ...] = ("recast", "static"),
     seeds: tuple[int, ...] = (0, 1, 2),
     iterations: int | None = None,
     workers: int | None = None,
@@ -318,11 +319,15 @@ def plot_demo(runs: dict[str, list[Path]], rows: list[dict] | None = None):
     else:
         ax.axis("off")
 
-    recast_runs = runs.get("recast")
+    recast_runs = runs.get("recast") or runs.get("recast_live")
     if recast_runs:
         run = load_run(recast_runs[0])
-        it, W = run.W_at(10**9)
-        plot_weights(W, run.reward_names, sigmas=run.sigmas, ax=axes[2], title=f"(c) ReCAST W at iteration {it} (seed 0)")
+        if run.weights:  # the live estimate: W as last re-solved
+            it, W = run.W_at(10**9)
+            title = f"(c) recast_live's W at iteration {it} (seed 0)"
+        else:  # the paper's: one W, the run's weight table
+            W, title = np.asarray(run.metrics[-1]["W"], dtype=float), "(c) ReCAST's W (its weight table)"
+        plot_weights(W, run.reward_names, sigmas=run.sigmas, ax=axes[2], title=title)
     else:
         axes[2].axis("off")
     return fig

@@ -1,6 +1,6 @@
 """The paper's λ-sweep: settings × budgets × methods × seeds, every run a CLI command, resumable.
 
-    runs = plan_sweep(settings=("compose",), methods=("recast", "uniform", "reward_sum"), seeds=(0, 1, 2))
+    runs = plan_sweep(settings=("compose",), methods=("recast", "static", "uniform"), seeds=(0, 1, 2))
     report = run_sweep(runs, jobs=2)            # skips runs that already finished; resumes killed ones
 
 Aggregating the finished runs (rows, paired differences, efficiency, W timing) is `recast.experiments.sweep_results`.
@@ -94,7 +94,7 @@ class SweepRun:
 
 
 def plan_sweep(*, world: str = "data/digit_base", settings: tuple[str, ...] = ("compose", "quality"),
-               budgets: tuple[str, ...] = (), methods: tuple[str, ...] = ("recast", "uniform", "reward_sum"),
+               budgets: tuple[str, ...] = (), methods: tuple[str, ...] = ("recast", "static"),
                seeds: tuple[int, ...] = (0, 1, 2), preset: str = "cpu", iterations: int | None = None,
                sets: dict[str, object] | None = None, out_root: str | os.PathLike = "runs/sweep",
                config: str | None = None) -> list[SweepRun]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from recast.config import (BACKENDS, NFT_NORMS, REPLAY_PRIORITIES, SDE_TYPES, STD_SCOPES, TrainConfig,
-                           check_field_types, resolve_budgets, resolve_rewards, resolve_world)
+                           check_field_types, resolve_budgets, resolve_path, resolve_rewards, resolve_world)
 from recast.credit.methods import MethodSpec, resolve_method
 from recast.io import check_safetensors, read_json
 from recast.solver import ConvergenceError, min_temperature
@@ -179,7 +179,7 @@ def _weight_table(cfg: TrainConfig, world: str, info, names, lam):
     else:
         candidates, named = list(info.profiles), False
     for path in candidates:
-        if named and not Path(path).is_file():
+        if named and not resolve_path(path).is_file():
             raise FileNotFoundError(f"config field weight_file: {path}: no such file")
         if is_table(path):
             table = load_table(path)

@@ -1,0 +1,220 @@
+"""Stage F's pre-registered analysis (research/study/preregistration.md, "Amendment: stage F"): pure functions of the
+long rows in research/study/data/F.csv, and the page's tables and figures.
+
+The unit is the matched pair (budget, seed): the same prompts, noise and columns for both arms. Per setting and per
+comparison (ReCAST against static, and against each variant):
+* primary family (Holm over its two endpoints): P1, the held-out-judge composite: per run, the mean over the setting's
+  held-out judges of (value − the static arm's mean) / the static arm's sd, signed so that up is better (the judges'
+  means and sds over all the setting's static runs, final evaluation); P2, the aggregate training reward Σ λ_k r_k on
+  the held-out prompts (``reward/weighted``);
+* secondary family (Holm over the judges): each held-out judge;
+* the paper's table: base, static and arm means of every training reward and judge, with wins out of the pairs.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["COMPARISONS", "PRIMARY_JUDGE", "TOST_MARGIN", "finals", "composite", "paired", "paper_table", "analyse",
+           "report", "main"]
+
+COMPARISONS = (("recast", "static"), ("recast", "recast_self"), ("recast", "recast_live"), ("recast", "reading"))
+PRIMARY_JUDGE = {"compose": "judge/color", "quality": "judge/fid"}  # stage A's primary judges, reported beside P1
+TOST_MARGIN = {"composite": 0.2, "judge/color": 0.0336, "judge/fid": 34.0}  # recast vs recast_live
+LOWER_IS_BETTER = ("judge/fid", "judge/defect_")
+LEFT_OUT = ("judge/pairwise",)  # lexicographic in the attribute judges, as in stage A
+
+
+def _sign(metric: str) -> float:
+    return -1.0 if metric.startswith(LOWER_IS_BETTER) else 1.0
+
+
+def finals(rows, setting: str, arm: str, metric: str, *, iteration: int | None = None) -> dict[tuple, float]:
+    """(budget, seed) -> the metric at the run's final evaluation (or at ``iteration``)."""
+    last: dict = {}
+    for r in rows:
+        if (r["setting"], r["arm"], r["metric"]) == (setting, arm, metric) and (iteration is None or
+                                                                                r["iteration"] == iteration):
+            key = (r["budget"], r["seed"])
+            if key not in last or r["iteration"] > last[key][0]:
+                last[key] = (r["iteration"], r["value"])
+    return {k: v for k, (_, v) in last.items()}
+
+
+def judges(rows, setting: str) -> list[str]:
+    return sorted({r["metric"] for r in rows if r["setting"] == setting and r["metric"].startswith("judge/")
+                   and not r["metric"].startswith(LEFT_OUT)})
+
+
+def composite(rows, setting: str, arm: str) -> dict[tuple, float]:
+    """P1 per run: the mean over held-out judges of the signed z-score against the setting's static runs."""
+    out: dict[tuple, list[float]] = {}
+    for j in judges(rows, setting):
+        ref = np.array(list(finals(rows, setting, "static", j).values()), dtype=float)
+        if ref.size < 2 or ref.std(ddof=1) == 0:
+            continue
+        mu, sd = ref.mean(), ref.std(ddof=1)
+        for k, v in finals(rows, setting, arm, j).items():
+            out.setdefault(k, []).append(_sign(j) * (v - mu) / sd)
+    n = max((len(v) for v in out.values()), default=0)
+    return {k: float(np.mean(v)) for k, v in out.items() if len(v) == n}
+
+
+def _t(d: np.ndarray) -> tuple[float, float, float, float]:
+    from scipy.stats import t as student_t
+
+    n, mean = len(d), float(d.mean())
+    se = float(d.std(ddof=1) / math.sqrt(n))
+    q = float(student_t.ppf(0.975, n - 1))
+    p = 1.0 if se == 0 and mean == 0 else 0.0 if se == 0 else float(2 * student_t.sf(abs(mean) / se, n - 1))
+    return mean, mean - q * se, mean + q * se, p
+
+
+def paired(a: dict, b: dict, *, metric: str, better_up: bool = True) -> dict | None:
+    """Paired a − b over the keys both have: mean, 95 % t-interval, p, and wins of a (better side) out of n."""
+    keys = sorted(set(a) & set(b))
+    if len(keys) < 2:
+        return None
+    d = np.array([a[k] - b[k] for k in keys], dtype=float)
+    mean, lo, hi, p = _t(d)
+    wins = int(((d > 0) if better_up else (d < 0)).sum())
+    return dict(metric=metric, n=len(keys), diff=mean, ci_low=lo, ci_high=hi, p=p, wins=wins)
+
+
+def _holm(rows: list[dict]) -> None:
+    from recast.stats import holm
+
+    for r, keep in zip(rows, holm([r["p"] for r in rows]) if rows else []):
+        better = (r["diff"] > 0) == r["better_up"]
+        r["verdict_holm"] = ("win" if better else "loss") if keep else "tie"
+        r["verdict_95"] = ("win" if better else "loss") if r["p"] < 0.05 else "tie"
+
+
+def analyse(rows: list[dict]) -> dict[str, list[dict]]:
+    """Every stage-F table: primary, secondary, paper, tost, spread."""
+    tables = {"primary": [], "secondary": [], "paper": [], "tost": [], "spread": []}
+    F = [r for r in rows if r["stage"] == "F"]
+    for setting in sorted({r["setting"] for r in F}):
+        for arm, base in COMPARISONS:
+            prim = []
+            for metric, a, b, up in (("P1 judge composite", composite(F, setting, arm), composite(F, setting, base), True),
+                                     ("P2 reward/weighted", finals(F, setting, arm, "reward/weighted"),
+                                      finals(F, setting, base, "reward/weighted"), True)):
+                r = paired(a, b, metric=metric, better_up=up)
+                if r:
+                    prim.append(dict(setting=setting, arm=arm, baseline=base, better_up=up, **r))
+            _holm(prim)
+            tables["primary"] += prim
+            sec = []
+            for j in judges(F, setting):
+                r = paired(finals(F, setting, arm, j), finals(F, setting, base, j), metric=j, better_up=_sign(j) > 0)
+                if r:
+                    sec.append(dict(setting=setting, arm=arm, baseline=base, better_up=_sign(j) > 0, **r))
+            _holm(sec)
+            tables["secondary"] += sec
+        tables["paper"] += paper_table(F, setting)
+        tables["tost"] += _tost(F, setting)
+        for arm in sorted({r["arm"] for r in F if r["setting"] == setting}):
+            v = finals(F, setting, arm, "signal/sd_mean")
+            if v:
+                tables["spread"].append(dict(setting=setting, arm=arm, runs=len(v), signal_sd=float(np.mean(list(
+                    v.values())))))
+    return tables
+
+
+def paper_table(rows, setting: str, arms=("static", "recast")) -> list[dict]:
+    """The paper's form: per training reward and held-out judge, base / static / each arm's mean, and the arm's wins
+    over static out of the matched pairs."""
+    metrics = sorted({r["metric"] for r in rows if r["setting"] == setting and r["metric"].startswith("reward/")},
+                     key=lambda m: (m == "reward/weighted", m)) + judges(rows, setting)
+    out = []
+    for m in metrics:
+        base = finals(rows, setting, "static", m, iteration=0)
+        row = dict(setting=setting, metric=m, kind="judge" if m.startswith("judge/") else "reward",
+                   base=float(np.mean(list(base.values()))) if base else float("nan"))
+        st = finals(rows, setting, "static", m)
+        for arm in sorted({r["arm"] for r in rows if r["setting"] == setting}, key=lambda a: (a != "static", a)):
+            v = finals(rows, setting, arm, m)
+            row[arm] = float(np.mean(list(v.values()))) if v else float("nan")
+            if arm != "static":
+                p = paired(v, st, metric=m, better_up=_sign(m) > 0)
+                row[f"{arm}_wins"] = f"{p['wins']}/{p['n']}" if p else ""
+        out.append(row)
+    return out
+
+
+def _tost(rows, setting) -> list[dict]:
+    from recast.experiments.study import tost
+
+    out = []
+    for metric, a, b in (("composite", composite(rows, setting, "recast"), composite(rows, setting, "recast_live")),
+                         (PRIMARY_JUDGE[setting], finals(rows, setting, "recast", PRIMARY_JUDGE[setting]),
+                          finals(rows, setting, "recast_live", PRIMARY_JUDGE[setting]))):
+        keys = sorted(set(a) & set(b))
+        if len(keys) >= 2:
+            out.append(dict(setting=setting, metric=metric, comparison="recast - recast_live",
+                            **tost([a[k] - b[k] for k in keys], TOST_MARGIN[metric])))
+    return out
+
+
+def _fmt(r: dict) -> str:
+    return f"{r['diff']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}]"
+
+
+def report(tables: dict[str, list[dict]]) -> str:
+    """Markdown of the stage-F tables (the results page's block)."""
+    lines = ["| setting | comparison | endpoint | n | diff [95 % CI] | wins | after Holm |", "|---|---|---|---|---|---|---|"]
+    for r in tables["primary"]:
+        lines.append(f"| {r['setting']} | {r['arm']} − {r['baseline']} | {r['metric']} | {r['n']} | {_fmt(r)} | "
+                     f"{r['wins']}/{r['n']} | {r['verdict_holm']} |")
+    out = ["### Primary family (Holm over P1, P2 per setting and comparison)", "", *lines, ""]
+    for setting in sorted({r["setting"] for r in tables["paper"]}):
+        rows = [r for r in tables["paper"] if r["setting"] == setting]
+        arms = [k for k in rows[0] if k not in ("setting", "metric", "kind", "base") and not k.endswith("_wins")]
+        head = ["metric", "base", *arms, *[f"{a} wins" for a in arms if a != "static"]]
+        out += [f"### The paper's table, {setting}", "", "| " + " | ".join(head) + " |",
+                "|" + "---|" * len(head)]
+        for r in rows:
+            vals = [r["metric"], f"{r['base']:.4g}", *[f"{r[a]:.4g}" for a in arms],
+                    *[r.get(f"{a}_wins", "") for a in arms if a != "static"]]
+            out.append("| " + " | ".join(vals) + " |")
+        out.append("")
+    sec = [r for r in tables["secondary"] if r["baseline"] == "static"]
+    if sec:
+        out += ["### Secondary family, ReCAST − static (Holm over the judges)", "",
+                "| setting | judge | n | diff [95 % CI] | wins | after Holm |", "|---|---|---|---|---|---|"]
+        out += [f"| {r['setting']} | {r['metric']} | {r['n']} | {_fmt(r)} | {r['wins']}/{r['n']} | "
+                f"{r['verdict_holm']} |" for r in sec]
+        out.append("")
+    return "\n".join(out)
+
+
+def main(command: str, figures_dir: str) -> int:
+    from recast.experiments.study import STUDY_DIR, _read
+    from recast.io import write_csv
+
+    path = STUDY_DIR / "data" / "F.csv"
+    if not path.is_file():
+        print(f"error: {path} is missing: run `python -m recast.experiments.study_f collect` first", file=sys.stderr)
+        return 2
+    tables = analyse(_read(path))
+    if command == "report":
+        print(report(tables), end="")
+        return 0
+    if command == "figures":
+        from recast.experiments.study_f_figures import figures
+
+        for p in figures(tables, Path(figures_dir)):
+            print(p)
+        return 0
+    out = STUDY_DIR / "results" / "F"
+    out.mkdir(parents=True, exist_ok=True)
+    for name, table in tables.items():
+        if table:
+            write_csv(out / f"{name}.csv", table)
+    print({k: len(v) for k, v in tables.items()})
+    return 0
