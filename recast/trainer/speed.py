@@ -158,12 +158,13 @@ def recompute_blocks(transformer, n: int) -> int:
     return n
 
 
-def lora_bf16(transformer) -> int:
+def lora_bf16(transformer, on: bool = True) -> int:
     """Let every LoRA layer take its input in the dtype it arrives in (bf16 under autocast) instead of copying it to
-    the adapter's fp32 first; returns how many layers changed. Needs autocast or adapters in the base's dtype."""
+    the adapter's fp32 first (``on=False`` restores peft's copy); returns how many layers it set. Needs autocast or
+    adapters in the base's dtype."""
     layers = _lora_layers(transformer, active_only=False)
     for m in layers:
-        m.cast_input_dtype_enabled = False
+        m.cast_input_dtype_enabled = not on
     return len(layers)
 
 
