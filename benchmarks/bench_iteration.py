@@ -39,7 +39,6 @@ import argparse
 import json
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -112,7 +111,8 @@ class Switches:
         for item in items:
             key, _, value = item.partition("=")
             if key not in cls.__dataclass_fields__:
-                raise SystemExit(f"--set {item}: unknown switch {key!r}; choose from {sorted(cls.__dataclass_fields__)}")
+                known = sorted(cls.__dataclass_fields__)
+                raise SystemExit(f"--set {item}: unknown switch {key!r}; choose from {known}")
             try:
                 kw[key] = value if key == "sdpa" else int(value) if key in ("recompute", "micro") else \
                     {"1": True, "0": False, "true": True, "false": False}[value.lower()]
@@ -188,9 +188,8 @@ def run(m: Models, shape: Shape, sw: Switches = Switches(), sample: int = 3, com
         peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
         res["gpu"], res["peak_tflops"] = name, peak
         if peak:
-            res["mfu"] = {p: res["model_flops"][p] / out[p]["seconds"] / (peak * 1e12) for p in per if out[p]["seconds"]}
-            res["hfu"] = {p: res["hardware_flops"][p] / out[p]["seconds"] / (peak * 1e12) for p in per
-                          if out[p]["seconds"]}
+            for key, fl_kind in (("mfu", "model_flops"), ("hfu", "hardware_flops")):
+                res[key] = {p: res[fl_kind][p] / out[p]["seconds"] / (peak * 1e12) for p in per if out[p]["seconds"]}
     return res
 
 

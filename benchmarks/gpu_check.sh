@@ -79,8 +79,8 @@ SECTIONS=${SECTIONS:-tests smoke sd3tiny trainer info resume nb07}
 on() { [[ " $SECTIONS " == *" $1 "* ]]; }
 sets() { local a=(); for kv in $1; do a+=(--set "$kv"); done; echo "${a[@]}"; }
 if on tests; then
-    step "pytest -m gpu" timeout 150 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu_smoke.py \
-        tests/test_sd3_world.py
+    step "pytest -m gpu" timeout 180 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu_smoke.py \
+        tests/test_sd3_world.py tests/test_speed_switches.py
 fi
 if on smoke; then
     step "gpu_smoke b8" timeout 120 $PY benchmarks/gpu_smoke.py --batch 8 --steps 10 --out "$L/smoke_b8.json"

@@ -41,7 +41,8 @@ def plan(tiny: bool) -> list[tuple[str, str, dict]]:
     half, small = (1, 2) if tiny else (12, 12)
     singles = [("sdpa=cudnn", dict(sdpa="cudnn")), ("sdpa=flash", dict(sdpa="flash")),
                ("lora_bf16", dict(lora_bf16=True)), ("merged_old", dict(merged_old=True)),
-               (f"recompute={half}", dict(recompute=half)), (f"micro={small} no recompute", dict(micro=small, recompute=0))]
+               (f"recompute={half}", dict(recompute=half)),
+               (f"micro={small} no recompute", dict(micro=small, recompute=0))]
     return ([("sd35 baseline", "sd35", {}), ("recipe baseline", "recipe", {})]
             + [(f"recipe + {label}", "recipe", sw) for label, sw in singles]
             + [("recipe best", "recipe", "best"), ("sd35 best", "sd35", "best"),
@@ -194,7 +195,8 @@ def estimate(tiny: bool, sample: int) -> dict:
         unit = {"rollout": (shape.rollout_batch * fl["fwd"], shape.images // shape.rollout_batch * shape.steps),
                 "decode": (shape.decode_batch * fl["decode"], shape.images // shape.decode_batch),
                 "reward": (shape.decode_batch * fl["reward"], shape.images // shape.decode_batch),
-                "recast_score": (shape.decode_batch * fl["proxy"], -(-shape.proxies * shape.trained // shape.decode_batch)),
+                "recast_score": (shape.decode_batch * fl["proxy"],
+                                 -(-shape.proxies * shape.trained // shape.decode_batch)),
                 "update": (micro * fl["update_hw"], shape.images * shape.trained // micro)}
         secs = sum((1 + min(sample, n)) * f / (RATES[p] * 1e12) for p, (f, n) in unit.items() if n)
         secs += OVERHEAD_S["variant"] + _compile_overhead(label, sections)
@@ -240,7 +242,8 @@ def main(argv=None) -> dict:
         if sw.sdpa in ("cudnn", "flash") and not cuda:
             doc["variants"][label] = {"switches": asdict(sw), "skipped": "needs CUDA"}
         elif elapsed + need > a.budget_s:
-            doc["variants"][label] = {"switches": asdict(sw), "skipped": f"budget ({elapsed:.0f} s of {a.budget_s:.0f})"}
+            why = f"budget ({elapsed:.0f} s of {a.budget_s:.0f})"
+            doc["variants"][label] = {"switches": asdict(sw), "skipped": why}
         else:
             backend = a.compile_backend or ("inductor" if cuda else "eager")
             try:

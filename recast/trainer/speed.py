@@ -257,13 +257,14 @@ def check_switches(cfg) -> None:
 
 def apply_switches(cfg, transformer, policy, *, backend="inductor"):
     """Apply the build-time switches to the transformer (recompute, LoRA input casting, compile last) and return the
-    policy the loop should use: a `MergedOld` around ``policy`` when ``lora_merged_old`` is on, else ``policy``."""
+    policy the loop should use: a `MergedOld` around ``policy`` when ``lora_merged_old`` is on, else ``policy``.
+    Applying them twice changes nothing more."""
     check_switches(cfg)
     if cfg.recompute_blocks >= 0:
         recompute_blocks(transformer, cfg.recompute_blocks)
     if cfg.lora_bf16:
         lora_bf16(transformer)
-    if cfg.lora_merged_old:
+    if cfg.lora_merged_old and not isinstance(policy, MergedOld):
         policy = MergedOld(policy)
     if cfg.compile_blocks:
         compile_blocks(transformer, backend=backend)
