@@ -1,225 +1,231 @@
-"""One whole ReCAST iteration at SD3.5-Medium size, phase by phase, in images per second per GPU (random weights).
+"""One whole training iteration at SD3.5-Medium size, phase by phase, in images per second per GPU (random weights),
+for a named shape and a set of throughput switches (`recast.trainer.speed`).
 
-    python benchmarks/bench_iteration.py                     # SD3.5-Medium size, 512 px, bf16; needs CUDA
-    python benchmarks/bench_iteration.py --set sdpa=flash --set merge=1 --set compile=1   # with the speed-ups
-    python benchmarks/bench_iteration.py --tiny --device cpu # tiny models, for the tests
+    python benchmarks/bench_iteration.py --shape sd35                       # today's sd35 preset; needs CUDA
+    python benchmarks/bench_iteration.py --shape recipe --set sdpa=cudnn --set merged_old=1
+    python benchmarks/bench_iteration.py --tiny --device cpu                # tiny models, for the tests
+    benchmarks/throughput.py runs the GPU check's plan (both shapes, every switch) in one process.
 
-Phases, as the trainer runs them with the `sd35` preset (6 prompts x 24 images per GPU, 10 steps, 9 trained):
-1. rollouts: the 10-step ODE of the old policy (no grad), in micro-batches;
-2. VAE decoding of the clean samples;
-3. x̂_0 and reward scoring: the informativeness subset's one-step predictions at the 9 trained steps, decoded and
-   scored, and the clean samples scored, by a stand-in of PickScore's size (CLIP ViT-H/14, random weights);
-4. ReCAST's informativeness: `recast.credit.Credit.observe` on those rewards (pooling, estimate, solver);
-5. the NFT update: old-policy forward, trained forward, loss, backward, AdamW, over every (sample, column) pair.
+Shapes, per GPU and iteration (one optimiser update each):
+* ``sd35``: the `sd35` preset as it trains today: 6 prompts x 24 images, 10 steps with 9 trained, rollouts of the
+  whole batch at once, update micro-batches of 8 (grad_accum 16), no recompute, no KL, four rewards (composition),
+  live ReCAST: x̂_0 of 32 samples at the 9 trained steps decoded and scored, a re-solve every 4th iteration.
+* ``recipe``: the ReCAST release's recipe on one GPU (RECAST.md §0): 6 sampling batches of 24 images (one prompt
+  each), Euler at 25 steps with 24 trained per image, train batch 24 with full recompute, TF32, KL to the base (a
+  reference pass per micro-batch), x0-space loss with nft_beta 0.1, 77 + 128 text tokens, three rewards (stage 1),
+  a fixed weight table (ReCAST's phase is the signal only: no x̂_0 is scored).
 
-MFU counts the FLOPs each phase executes (`torch.utils.flop_counter` on one micro-batch, scaled): for LoRA the
-backward pass computes input gradients through the frozen layers but no weight gradients for them, so a training
-step is about 2x its forward pass, not the 3x of full fine-tuning; the conventional "6N" count would overstate the
-work, and is reported beside it for comparison only. Peak: the GPU's dense bf16 rate (H200: 989 TFLOP/s).
+Phases: rollout (Euler steps of the old policy, no grad), decode (VAE, fp32), reward (the stand-ins on the clean
+images), recast_score (x̂_0 decoded and scored; live ReCAST only), recast (`recast.credit.Credit`: normalisation,
+the signal of every trained pair through W, the live estimate), update (old-policy, reference and trained passes,
+NFT loss and backward per micro-batch; then clipping, AdamW and the old-policy update once).
+
+Honest numbers:
+* Each phase first runs one untimed unit (CUDA context, library handles, kernel choice, compilation), then times
+  ``sample`` units (0: all) and scales their mean by the units in an iteration. A unit is a fixed amount of work (one
+  Euler step of a rollout batch, one decode batch, one update micro-batch), so the scaling is exact up to noise. The
+  first unit's excess over the mean is reported per phase; with ``compile`` it is the compile time, reported on its
+  own and kept out of the iteration.
+* Everything the trainer runs in bf16 runs under the same autocast, with the LoRA adapters in fp32 as `Policy`
+  keeps them and the old policy swapped in as the trainer swaps it.
+* MFU counts model FLOPs: the passes the method needs (old policy, reference, trained forward and backward, LoRA
+  unmerged), counted by `torch.utils.flop_counter` at batch 1 without recompute. HFU counts what executes,
+  recomputed activations included. Peak: the GPU's dense bf16 rate (H100/H200: 989 TFLOP/s).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
-from contextlib import nullcontext
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_smoke import PEAK_BF16_TFLOPS, SD35_MEDIUM, TEXT_TOKENS, TINY  # noqa: E402
+from bench_models import Models, build, flops  # noqa: E402
+from gpu_smoke import PEAK_BF16_TFLOPS  # noqa: E402
+from iteration_phases import one_item_passes, phases  # noqa: E402
 
-VAE_SD3 = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
-               up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(128, 256, 512, 512), layers_per_block=2,
-               latent_channels=16, norm_num_groups=32, use_quant_conv=False, use_post_quant_conv=False)
-VAE_TINY = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
-                up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(8, 16), layers_per_block=1,
-                latent_channels=16, norm_num_groups=8, use_quant_conv=False, use_post_quant_conv=False)
-CLIP_H14 = dict(vision=dict(image_size=224, patch_size=14, hidden_size=1280, intermediate_size=5120,
-                            num_hidden_layers=32, num_attention_heads=16),
-                text=dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
-                          max_position_embeddings=77), projection_dim=1024)
-CLIP_TINY = dict(vision=dict(image_size=32, patch_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                             num_attention_heads=2),
-                 text=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           max_position_embeddings=16), projection_dim=8)
+PHASES = ("rollout", "decode", "reward", "recast_score", "recast", "update")
 
 
-def _timed(fn, device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    out = fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return out, time.perf_counter() - start
+@dataclass(frozen=True)
+class Shape:
+    """One iteration's geometry per GPU."""
+
+    name: str
+    images: int  # images per iteration (one optimiser update)
+    group: int  # images per prompt
+    rollout_batch: int  # images per rollout forward pass
+    steps: int  # Euler steps per image
+    trained: int  # steps trained per image
+    micro: int  # (image, step) examples per update forward/backward pass
+    recompute: int  # blocks whose activations are recomputed in backward (0 none, -1 all)
+    kl: bool  # a reference (adapters off) pass per micro-batch, for kl_beta > 0
+    nft_beta: float  # NFT strength
+    nft_norm: str  # the loss's adaptive normalisation
+    text_tokens: int  # conditioning tokens (77 CLIP + the T5 length)
+    rewards: tuple  # (name, stand-in architecture) per reward
+    proxies: int  # samples whose x̂_0 is scored at each trained step (live ReCAST); 0 = a fixed weight table
+    tf32: bool  # TF32 for fp32 matmuls (the VAE's attention and linears; its convolutions use TF32 by default)
+    decode_batch: int = 24  # images per VAE decode and reward call
+    live: tuple = (16, 96, 64, 4)  # window, min_pairs, bootstrap, recast_every of the live estimate
 
 
-def _flops(fn) -> int:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    with FlopCounterMode(display=False) as counter:
-        fn()
-    return counter.get_total_flops()
-
-
-def build(tiny: bool, device, dtype):
-    """The transformer with LoRA (trained + old adapters), the VAE and the reward stand-in, random weights."""
-    from diffusers import AutoencoderKL, SD3Transformer2DModel
-    from transformers import CLIPConfig, CLIPModel
-
-    from recast.worlds.sd3 import lora as L
-
-    torch.manual_seed(0)
-    tr = SD3Transformer2DModel(**(TINY if tiny else SD35_MEDIUM)).to(device, dtype)
-    L.add_lora(tr, rank=4 if tiny else 32, alpha=8.0 if tiny else 64.0)
-    vae = AutoencoderKL(**(VAE_TINY if tiny else VAE_SD3)).to(device, torch.float32).eval().requires_grad_(False)
-    c = CLIP_TINY if tiny else CLIP_H14
-    clip = CLIPModel(CLIPConfig(text_config={**c["text"], "vocab_size": 1000}, vision_config=c["vision"],
-                                projection_dim=c["projection_dim"])).to(device, dtype).eval().requires_grad_(False)
-    return tr, vae, clip
+SHAPES = {
+    "sd35": Shape("sd35", 144, 24, 144, 10, 9, 8, 0, False, 1.0, "velocity", 77 + 256,
+                  (("geneval", "H14"), ("ocr", "H14"), ("pickscore", "H14"), ("clipscore", "L14")), 32, False),
+    "recipe": Shape("recipe", 144, 24, 24, 25, 24, 24, -1, True, 0.1, "x0", 77 + 128,
+                    (("clipscore", "L14"), ("hpsv2", "H14"), ("pickscore", "H14")), 0, True),
+}
 
 
-def run(tiny: bool, device: str, images: int, micro: int, steps: int, trained: int, subset: int, *, sdpa: str = "auto",
-        merge: bool = False, compile_: bool = False, checkpointing: bool = False) -> dict:
-    from recast.credit import Credit
-    from recast.sampling import PromptEmbeds, predict_velocity
-    from recast.trainer.losses import nft_loss
-    from recast.trainer.speed import compile_blocks, merged_lora, sdpa_context
-    from recast.worlds.sd3 import lora as L
+def tiny_shape(shape: Shape) -> Shape:
+    """The shape at CPU size (8 images in groups of 4, a few steps), same structure."""
+    live = shape.proxies > 0
+    return replace(shape, images=8, group=4, rollout_batch=8 if shape.rollout_batch == shape.images else 4,
+                   steps=3 if live else 5, trained=2 if live else 4, micro=4, text_tokens=16,
+                   proxies=2 if live else 0, decode_batch=4, live=(2, 2, 4, 2))
 
-    dev = torch.device(device)
-    dtype = torch.float32 if tiny or dev.type == "cpu" else torch.bfloat16
-    tr, vae, clip = build(tiny, dev, dtype)
-    if checkpointing:
-        tr.enable_gradient_checkpointing()
-    if compile_:
-        compile_blocks(tr)
-    cfg = tr.config
-    side = cfg.sample_size if tiny else 64
-    latent = (cfg.in_channels, side, side)
-    tokens = 16 if tiny else TEXT_TOKENS
-    hidden = torch.randn(micro, tokens, cfg.joint_attention_dim, device=dev, dtype=dtype)
-    pooled = torch.randn(micro, cfg.pooled_projection_dim, device=dev, dtype=dtype)
-    emb = PromptEmbeds(hidden, pooled)
-    params = L.lora_params(tr)
-    opt = torch.optim.AdamW(params, lr=1e-4)
-    sigmas = torch.linspace(1, 0, steps + 1)
-    clip_side = clip.config.vision_config.image_size
-    times, flops = {}, {}
 
-    def forward(x, s):
-        return predict_velocity(tr, x, s, emb)
+@dataclass(frozen=True)
+class Switches:
+    """The throughput switches a variant runs with (None: the shape's own setting)."""
 
-    def rollout():
-        with torch.no_grad(), sdpa_context(sdpa), L.use_adapter(tr, L.OLD):
-            with merged_lora(tr) if merge else nullcontext():
-                out = []
-                for _ in range(images // micro):
-                    x = torch.randn(micro, *latent, device=dev, dtype=dtype)
-                    for j in range(steps):
-                        x = x + (sigmas[j + 1] - sigmas[j]) * forward(x, float(sigmas[j]))
-                    out.append(x)
-        return torch.cat(out)
+    sdpa: str = "auto"  # recast.trainer.speed.SDPA_BACKENDS
+    lora_bf16: bool = False
+    merged_old: bool = False  # a merged copy for the old-policy passes (rollouts and v_old)
+    merge_rollouts: bool = False  # merge the old LoRA for each rollout (the older switch)
+    recompute: int | None = None  # blocks recomputed (0 none, -1 all)
+    micro: int | None = None  # update micro-batch
+    compile: bool = False  # regional compile (irreversible in a process: run it last)
+    tf32: bool | None = None
 
-    def decode(z):
-        with torch.no_grad():
-            return torch.cat([vae.decode(z[i:i + micro].float()).sample for i in range(0, len(z), micro)])
+    @classmethod
+    def parse(cls, items) -> "Switches":
+        """From "key=value" strings (booleans as 1/0); raises SystemExit naming an unknown key or a bad value."""
+        kw = {}
+        for item in items:
+            key, _, value = item.partition("=")
+            if key not in cls.__dataclass_fields__:
+                known = sorted(cls.__dataclass_fields__)
+                raise SystemExit(f"--set {item}: unknown switch {key!r}; choose from {known}")
+            try:
+                kw[key] = value if key == "sdpa" else int(value) if key in ("recompute", "micro") else \
+                    {"1": True, "0": False, "true": True, "false": False}[value.lower()]
+            except (KeyError, ValueError):
+                raise SystemExit(f"--set {item}: bad value for {key}") from None
+        return cls(**kw)
 
-    def score(img):
-        with torch.no_grad():
-            x = torch.nn.functional.interpolate(img, size=(clip_side, clip_side)).to(dtype)
-            ids = torch.randint(0, 1000, (len(img), 16 if tiny else 77), device=dev)
-            out = clip(input_ids=ids, pixel_values=x)
-            return out.logits_per_image.diagonal().float()
 
-    def update():
-        opt.zero_grad(set_to_none=True)
-        for _ in range(images * trained // micro):
-            x0 = torch.randn(micro, *latent, device=dev, dtype=dtype)
-            eps = torch.randn_like(x0)
-            s = float(sigmas[torch.randint(0, steps, ()).item()])
-            x_s = (1 - s) * x0 + s * eps
-            with sdpa_context(sdpa):
-                with torch.no_grad(), L.use_adapter(tr, L.OLD):
-                    v_old = forward(x_s, s).float()
-                v = forward(x_s, s).float()
-                loss = nft_loss(v, v_old, (eps - x0).float(), torch.full((micro,), 0.6, device=dev)).loss
-            loss.backward()
-        opt.step()
+def run(m: Models, shape: Shape, sw: Switches = Switches(), sample: int = 3, compile_backend="inductor",
+        flop_cache: dict | None = None) -> dict:
+    """Time one iteration of ``shape`` with switches ``sw`` on the models ``m``; returns the phases, rates, MFU."""
+    from recast.trainer import speed
 
-    x0, times["rollout"] = _timed(rollout, dev)
-    imgs, times["decode"] = _timed(lambda: decode(x0), dev)
-    n_proxy = subset * trained
-
-    def proxies():
-        hats = torch.randn(n_proxy, *latent, device=dev, dtype=dtype)
-        return score(decode(hats)), score(imgs)
-
-    (r_hat, r_clean), times["score"] = _timed(proxies, dev)
-    credit = Credit(["reward", "reward_2"], steps, min_pairs=8)
-    groups = [i // 24 for i in range(images)] if images % 24 == 0 else list(range(images))
-
-    def informativeness():
-        R = torch.stack([r_clean, r_clean.roll(1)]).cpu()
-        credit.normalise(R, groups)
-        sample = torch.arange(subset).repeat_interleave(trained)
-        column = torch.arange(trained).repeat(subset) + (steps - trained)
-        credit.observe(sample, column, torch.stack([r_hat, r_hat.roll(1)]).cpu())
-
-    _, times["informativeness"] = _timed(informativeness, dev)
-    _, times["update"] = _timed(update, dev)
-    one_fwd = _flops(lambda: forward(torch.randn(micro, *latent, device=dev, dtype=dtype), 0.5))
-
-    def one_train_step():
-        x = torch.randn(micro, *latent, device=dev, dtype=dtype)
-        forward(x, 0.5).float().pow(2).mean().backward()
-
-    one_train = _flops(one_train_step)
-    flops["rollout"] = one_fwd * steps * (images // micro)
-    flops["update"] = (one_fwd + one_train) * (images * trained // micro)  # old-policy forward + trained fwd/bwd
-    total = sum(times.values())
-    out = {"tiny": tiny, "device": device, "images": images, "micro_batch": micro, "steps": steps, "trained": trained,
-           "informativeness_subset": subset, "switches": {"sdpa": sdpa, "merge": merge, "compile": compile_,
-                                                          "checkpointing": checkpointing},
-           "seconds": times, "images_per_s": {k: images / v for k, v in times.items()},
-           "iteration_images_per_s": images / total, "recast_share": times["informativeness"] / total,
-           "flops_executed": flops, "train_step_over_forward": one_train / one_fwd,
-           "machine": platform.processor() or platform.machine()}
-    if dev.type == "cuda":
+    micro = sw.micro or shape.micro
+    if shape.images % shape.rollout_batch or shape.images % shape.decode_batch or shape.images % shape.group:
+        raise ValueError(f"shape {shape.name}: images ({shape.images}) must be a multiple of the rollout batch, the "
+                         "decode batch and the group")
+    if (shape.images * shape.trained) % micro:
+        raise ValueError(f"shape {shape.name}: micro-batch {micro} must divide images x trained steps")
+    n_blocks = len(m.transformer.transformer_blocks)
+    recompute = shape.recompute if sw.recompute is None else sw.recompute
+    recompute = n_blocks if recompute < 0 else recompute
+    tf32 = shape.tf32 if sw.tf32 is None else sw.tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    dev, cuda = m.device, m.device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(dev)
+    flop_cache = {} if flop_cache is None else flop_cache
+    key = (shape.name, shape.text_tokens, shape.kl, recompute)
+    if key not in flop_cache:
+        with torch.compiler.set_stance("force_eager"):
+            flop_cache[key] = _flops_per_item(m, shape, recompute)
+    speed.recompute_blocks(m.transformer, recompute)
+    speed.lora_bf16(m.transformer, on=sw.lora_bf16)
+    policy = speed.MergedOld(m.policy) if sw.merged_old else m.policy
+    compile_s0 = time.perf_counter()
+    if sw.compile:  # a variant past dynamo's recompile limit would run eagerly: make that an error instead
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
+        speed.compile_blocks(m.transformer, backend=compile_backend)
+    wall0 = time.perf_counter()
+    try:
+        out = phases(m, shape, sw, policy, micro, sample, dev)
+    except (torch.OutOfMemoryError, torch._dynamo.exc.FailOnRecompileLimitHit) as err:
+        m.optimizer.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.empty_cache()
+        what = "out of memory" if isinstance(err, torch.OutOfMemoryError) else "compile fell back to eager"
+        return {"shape": asdict(shape), "switches": asdict(sw), "error": f"{what}: {str(err)[:200]}"}
+    finally:
+        del policy
+    fl = flop_cache[key]
+    per = {"rollout": ("fwd", shape.images * shape.steps), "decode": ("decode", shape.images),
+           "reward": ("reward", shape.images), "recast_score": ("proxy", shape.proxies * shape.trained),
+           "update": ("update", shape.images * shape.trained)}
+    res = {"shape": asdict(shape), "switches": asdict(sw), "micro": micro, "recompute_blocks": recompute,
+           "tf32": tf32, "phases": out, "model_flops": {}, "hardware_flops": {}}
+    for ph, (what, n) in per.items():
+        res["model_flops"][ph] = fl[what] * n
+        res["hardware_flops"][ph] = fl[what + "_hw" if what == "update" else what] * n
+    total = sum(p["seconds"] for p in out.values())
+    res.update(iteration_s=total, images_per_s=shape.images / total,
+               recast_share=(out["recast"]["seconds"] + out["recast_score"]["seconds"]) / total,
+               recast_signal_share=out["recast"]["seconds"] / total,
+               first_call_excess_s=sum(p["first_call_excess_s"] for p in out.values()),
+               wall_s=time.perf_counter() - compile_s0, switch_setup_s=wall0 - compile_s0,
+               compiled_graphs=int(torch._dynamo.utils.counters["stats"]["unique_graphs"]))
+    res["compile_s"] = res["first_call_excess_s"] if sw.compile else None
+    for p, v in out.items():
+        v["images_per_s"] = shape.images / v["seconds"] if v["seconds"] else None
+    if cuda:
+        res["peak_memory_gib"] = torch.cuda.max_memory_allocated(dev) / 2**30
         name = torch.cuda.get_device_name(dev)
         peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-        out["gpu"] = name
+        res["gpu"], res["peak_tflops"] = name, peak
         if peak:
-            out["mfu"] = {k: flops[k] / times[k] / (peak * 1e12) for k in flops}
-            out["mfu_6N_convention_update"] = 3 * one_fwd * (images * trained // micro) / times["update"] / (peak * 1e12)
+            for key, fl_kind in (("mfu", "model_flops"), ("hfu", "hardware_flops")):
+                res[key] = {p: res[fl_kind][p] / out[p]["seconds"] / (peak * 1e12) for p in per if out[p]["seconds"]}
+    return res
+
+
+def _flops_per_item(m: Models, shape: Shape, recompute: int) -> dict:
+    """FLOPs per image (forward, decode, reward, x̂_0 proxy) and per update example (model: no recompute; _hw: with
+    ``recompute`` blocks recomputed), counted at batch 1."""
+    from recast.trainer import speed
+
+    passes = one_item_passes(m, shape)
+    out = {k: flops(fn) for k, fn in passes.items() if k != "update"}
+    speed.recompute_blocks(m.transformer, 0)
+    out["update"] = flops(passes["update"])
+    speed.recompute_blocks(m.transformer, recompute)
+    out["update_hw"] = flops(passes["update"]) if recompute else out["update"]
+    out["proxy"] = out["decode"] + out["reward"]
+    m.optimizer.zero_grad(set_to_none=True)
     return out
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--shape", default="sd35", choices=sorted(SHAPES))
+    ap.add_argument("--tiny", action="store_true", help="tiny models and shape (CPU, tests)")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--images", type=int, default=144, help="images per GPU per iteration (sd35: 6 x 24)")
-    ap.add_argument("--micro", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--trained", type=int, default=9)
-    ap.add_argument("--subset", type=int, default=32)
-    ap.add_argument("--set", action="append", default=[], help="sdpa=NAME merge=1 compile=1 checkpointing=1")
+    ap.add_argument("--sample", type=int, default=3, help="timed units per phase after the warm-up (0: all)")
+    ap.add_argument("--set", action="append", default=[], help="a switch, key=value (see Switches)")
+    ap.add_argument("--compile-backend", default="inductor")
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
-    sw = dict(s.split("=", 1) for s in a.set)
-    res = run(a.tiny, a.device, a.images, a.micro, a.steps, a.trained, a.subset, sdpa=sw.get("sdpa", "auto"),
-              merge=sw.get("merge") == "1", compile_=sw.get("compile") == "1",
-              checkpointing=sw.get("checkpointing") == "1")
+    shape = tiny_shape(SHAPES[a.shape]) if a.tiny else SHAPES[a.shape]
+    m = build(a.tiny, a.device, archs=sorted({arch for _, arch in shape.rewards}))
+    res = run(m, shape, Switches.parse(a.set), a.sample, a.compile_backend)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
-    print(json.dumps({k: res[k] for k in ("images_per_s", "iteration_images_per_s", "recast_share")}, indent=1))
+    print(json.dumps({k: res.get(k) for k in ("images_per_s", "recast_share", "mfu", "hfu", "error")}, indent=1))
     return res
 
 

@@ -117,6 +117,10 @@ class TrainConfig:
     sdpa_backend: str = "auto"  # attention kernel: auto (PyTorch picks) | flash | efficient | cudnn | math
     lora_merge_rollouts: bool = False  # merge the old policy's LoRA into the base weights for no-grad rollouts
     compile_blocks: bool = False  # regional torch.compile of each transformer block
+    # (issue 62) the switches below are applied by recast.trainer.speed.apply_switches, each off until measured
+    lora_merged_old: bool = False  # old-policy passes (rollouts, v_old) on a standing merged copy of the weights
+    lora_bf16: bool = False  # LoRA matmuls take their bf16 input as is (no fp32 copies); needs bf16/fp16 autocast
+    recompute_blocks: int = -1  # recompute activations of the first n blocks only in backward; -1 = world's setting
 
     # --- run ---
     seed: int = 0  # seeds the world (tiny), LoRA init, prompt draws, noise, column draws

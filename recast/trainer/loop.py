@@ -30,7 +30,7 @@ from recast.trainer.policy import Policy, old_decay
 from recast.trainer.replay import ReplayBuffer
 from recast.trainer.replay_step import replay_batch
 from recast.trainer.rundir import RunLock, check_run_dir, unlink_run_files
-from recast.trainer.speed import compile_blocks, merged_lora, sdpa_context
+from recast.trainer.speed import apply_switches, merged_lora, sdpa_context
 from recast.trainer.validate import RUN_MARKER, check_out_dir, validate_config
 
 __all__ = ["Trainer", "train", "NonFiniteLossError", "RewardError"]
@@ -94,8 +94,7 @@ class Trainer(Persistent):
         self.world.freeze()
         self.policy = Policy(self.world.transformer, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
                              seed=cfg.seed, keep_ref=cfg.kl_beta > 0)
-        if cfg.compile_blocks:
-            compile_blocks(self.world.transformer)
+        self.policy = apply_switches(cfg, self.world.transformer, self.policy)  # each off until measured
         opt = torch.optim.AdamW(self.policy.params, lr=cfg.lr, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
                                 weight_decay=cfg.weight_decay)
         self.model, self.optimizer = self.acc.prepare(self.world.transformer, opt)
