@@ -26,6 +26,9 @@ __all__ = ["DemoResult", "run_demo", "summarise", "paired", "efficiency", "effic
            "demo_runs", "rescore", "rescore_paired", "rescore_changes", "rescore_compare", "RESCORE_DRAW_STRIDE"]
 
 
+CHECKPOINT_EVERY = 5  # iterations between a demo run's checkpoints (the cpu preset alone writes one at its end)
+
+
 @dataclass(frozen=True)
 class DemoResult:
     """What `run_demo` produced.
@@ -135,7 +138,9 @@ def run_demo(
     if figure_name is not None and (not figure_name or Path(figure_name).name != figure_name or figure_name in (".", "..")):
         raise ValueError(f"figure name (--figure) must be a plain file name without a folder, got {figure_name!r}")
     out = Path(out_dir)
-    overrides = {"setting": setting, "lam": tuple(lam), "progress": False}
+    # progress: the workers' bars are off (RunProgress prints one line per finished iteration instead);
+    # checkpoint_every: a stopped demo continues from its last checkpoint when rerun
+    overrides = {"setting": setting, "lam": tuple(lam), "progress": False, "checkpoint_every": CHECKPOINT_EVERY}
     if iterations is not None:
         overrides["iterations"] = iterations
     from recast.trainer.validate import validate
@@ -151,12 +156,15 @@ def run_demo(
             for m in methods for s in seeds]
     workers = workers or min(len(jobs), os.cpu_count() or 1)
     start = time.perf_counter()
-    if workers == 1:
-        for job in jobs:
-            _train_one(job)
-    else:
-        with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            list(pool.map(_train_one, jobs))
+    from recast.experiments.progress import RunProgress
+
+    with RunProgress({f"{m}/seed_{s}": out / m / f"seed_{s}" for m in methods for s in seeds}, cfg.iterations):
+        if workers == 1:
+            for job in jobs:
+                _train_one(job)
+        else:
+            with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+                list(pool.map(_train_one, jobs))
     runs = {m: [out / m / f"seed_{s}" for s in seeds] for m in methods}
     rows = summarise(runs)
     pairs, eff = paired(runs), []  # the interpolated efficiency ratio is retired (research/study/preregistration.md)
