@@ -43,7 +43,7 @@ test-notebooks: $(STAMP)
 figures: $(STAMP)
 	$(BIN)/python scripts/figures.py $(FIGURES)
 
-# the README's results tables, from research/tables
+# the README's generated tables: the results from research/tables, the test counts from pytest's collection
 readme-tables: $(STAMP)
 	$(BIN)/python scripts/readme_tables.py
 
