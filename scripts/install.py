@@ -69,7 +69,7 @@ def stale_install(root: Path = ROOT) -> bool:
 
 def plan(python: str, *, variant: str = "cpu", system: str = "Linux", reachable: bool = True,
          pin: str = "torch==2.13.0", index: str = CPU_INDEX, extra: str = "dev",
-         stale: bool = False) -> list[list[str]]:
+         stale: bool = False, installed: str | None = None) -> list[list[str]]:
     """The pip commands that install torch and then the package, in order.
 
     Args:
@@ -81,6 +81,7 @@ def plan(python: str, *, variant: str = "cpu", system: str = "Linux", reachable:
         index: the CPU index URL.
         extra: the package's extra to install.
         stale: remove this checkout's install under the old name first (`stale_install`).
+        installed: the torch version installed now (`installed_torch`), None if none.
 
     Raises:
         ValueError: an unknown variant.
@@ -90,10 +91,13 @@ def plan(python: str, *, variant: str = "cpu", system: str = "Linux", reachable:
     pip = [python, "-m", "pip", "install", "--quiet"]
     steps = [pip + ["--upgrade", "pip"]]
     if variant == "cuda":
-        # a CPU build already installed satisfies the pin (2.13.0+cpu is a 2.13.0), so it has to go first
-        steps += [[python, "-m", "pip", "uninstall", "--yes", "--quiet", "torch"], pip + ["-c", CONSTRAINTS, pin]]
+        if installed and "+cpu" in installed:  # it satisfies the pin (2.13.0+cpu is a 2.13.0), so it goes first
+            steps.append([python, "-m", "pip", "uninstall", "--yes", "--quiet", "torch"])
+        steps.append(fallback(python, pin))
     elif system == "Linux" and reachable:
-        steps.append(pip + ["--index-url", index, pin])  # the +cpu wheel; its few dependencies are on that index too
+        # the +cpu wheel (its few dependencies are on that index too); --upgrade replaces an installed CUDA build of
+        # the same version, because 2.13.0+cpu sorts above 2.13.0, and leaves a CPU build as it is
+        steps.append(pip + ["--upgrade", "--index-url", index, pin])
     else:
         steps.append(fallback(python, pin))
     if stale:
@@ -107,6 +111,16 @@ def fallback(python: str, pin: str) -> list[str]:
     return [python, "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, pin]
 
 
+def installed_torch() -> str | None:
+    """The version of torch installed in this environment (``2.13.0+cpu`` for a CPU build), None if none."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--torch", default="cpu", choices=VARIANTS, help="which build of torch (default: cpu)")
@@ -118,11 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     needs_index = a.torch == "cpu" and system == "Linux"
     reachable = index_reachable(index) if needs_index else False
     steps = plan(sys.executable, variant=a.torch, system=system, reachable=reachable, pin=torch_pin(), index=index,
-                 extra=a.extra, stale=stale_install())
+                 extra=a.extra, stale=stale_install(), installed=installed_torch())
     if needs_index and not reachable:
         print(f"note: {index} is not reachable; torch comes from pip's own configuration. Where that is the public "
-              "index, Linux gets the CUDA build: rerun when the CPU index is reachable to have the CPU one.",
-              file=sys.stderr)
+              f"index, Linux gets the CUDA build: `{sys.executable} scripts/install.py` again once the CPU index "
+              "answers replaces it with the CPU one.", file=sys.stderr)
     for cmd in steps:
         print("$ " + " ".join(cmd), flush=True)
         if a.dry_run:

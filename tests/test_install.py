@@ -38,7 +38,7 @@ def _torch_steps(steps: list[list[str]]) -> list[list[str]]:
 def test_linux_with_the_cpu_index_reachable_takes_torch_from_it_then_the_package_from_pip():
     steps = install.plan(PY, system="Linux", reachable=True, pin="torch==2.13.0")
     assert steps[0] == [PY, "-m", "pip", "install", "--quiet", "--upgrade", "pip"]
-    assert _torch_steps(steps) == [[PY, "-m", "pip", "install", "--quiet", "--index-url",
+    assert _torch_steps(steps) == [[PY, "-m", "pip", "install", "--quiet", "--upgrade", "--index-url",
                                     "https://download.pytorch.org/whl/cpu", "torch==2.13.0"]]
     assert steps[-1] == [PY, "-m", "pip", "install", "--quiet", "-c", "constraints.txt", "-e", ".[dev]"]
     assert steps.index(_torch_steps(steps)[0]) < len(steps) - 1  # torch first, so the package keeps it
@@ -60,10 +60,20 @@ def test_other_systems_never_need_the_cpu_index(system):
 
 
 def test_cuda_replaces_an_installed_cpu_build_and_uses_pips_configuration():
-    steps = install.plan(PY, variant="cuda", system="Linux", reachable=True, pin="torch==2.13.0")
     uninstall = [PY, "-m", "pip", "uninstall", "--yes", "--quiet", "torch"]
+    steps = install.plan(PY, variant="cuda", system="Linux", reachable=True, pin="torch==2.13.0",
+                         installed="2.13.0+cpu")
     assert uninstall in steps and steps.index(uninstall) < steps.index(install.fallback(PY, "torch==2.13.0"))
     assert not any("--index-url" in s for s in steps)
+    for installed in (None, "2.13.0"):  # nothing to replace: no CUDA build is uninstalled and downloaded again
+        steps = install.plan(PY, variant="cuda", pin="torch==2.13.0", installed=installed)
+        assert uninstall not in steps and _torch_steps(steps) == [install.fallback(PY, "torch==2.13.0")]
+
+
+def test_installed_torch_is_this_environments():
+    import importlib.metadata
+
+    assert install.installed_torch() == importlib.metadata.version("torch")
 
 
 def test_an_install_under_the_old_name_is_removed_before_the_package_goes_in(tmp_path):
