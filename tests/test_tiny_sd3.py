@@ -9,7 +9,7 @@ import pytest
 
 import recast.worlds.sd3.tiny as tiny
 from recast.cli import main
-from recast.experiments.tiny_sd3 import PIPELINE, REWARDS, write_folders
+from recast.worlds.sd3.folders import PIPELINE, REWARDS, write_folders
 
 CALLS: list[tuple[str, int]] = []
 
