@@ -2,18 +2,21 @@
 #   make demo   runs the main job on the embedded default
 #   make test   runs every test, notebooks included (CI runs this)
 # Tiers of make test: test-fast (the library's unit tests, under 2 min), test-slow, test-research, test-notebooks.
-# Both create .venv on first use; the constraints file keeps torch on its CPU build.
+# Both create .venv on first use with scripts/install.py: the CPU build of torch (PyTorch's CPU index first, else
+# whatever pip is configured with), then the package. On a GPU box: make install TORCH=cuda (kept for later commands).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+TORCH  ?= $(shell cat $(VENV)/.torch 2>/dev/null || echo cpu)
+STAMP  := $(VENV)/.installed-$(TORCH)
 
 .PHONY: demo test test-fast test-slow test-research test-notebooks figures readme-tables bench install clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt scripts/install.py
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/python scripts/install.py --torch $(TORCH)
+	rm -f $(VENV)/.installed-*
+	echo $(TORCH) > $(VENV)/.torch
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -40,7 +43,7 @@ test-notebooks: $(STAMP)
 figures: $(STAMP)
 	$(BIN)/python scripts/figures.py $(FIGURES)
 
-# the README's results tables, from research/tables
+# the README's generated tables: the results from research/tables, the test counts from pytest's collection
 readme-tables: $(STAMP)
 	$(BIN)/python scripts/readme_tables.py
 

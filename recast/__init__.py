@@ -6,6 +6,7 @@ The core is importable from the top level::
     W = recast.solve_weights(gains, lam, temperature=0.5)
 """
 
+from recast import quiet as _quiet
 from recast.informativeness import (
     InformativenessTracker,
     posterior_discriminability,
@@ -29,3 +30,5 @@ __all__ = [
     "telescoping_gains",
     "tweedie_discriminability",
 ]
+
+_quiet.install()  # drop the libraries' known, harmless messages before any of them is imported (quiet.py)

@@ -5,6 +5,11 @@
     python -m recast profile --proposal renderings --out P.npz    # the density ratios the paper's W is built from
     python -m recast weights P.npz --lam 2,1,1,1,1 --out T.npz    # the weight table for budgets λ (weights_cli.py)
     python -m recast profile --setting compose --estimator rollout   # when is each reward informative (profile.py)
+    python -m recast tiny-sd3 runs/tiny_sd3   # tiny SD3 pipeline and reward folders for the paper-scale commands
+
+Every command runs torch on one CPU thread unless told otherwise (`--set num_threads=N` for train, `--num-threads N`
+for profile, `--workers` for the demo's parallel runs): several processes on a shared machine each taking every core
+run many times slower than one thread each.
 
 Bad input exits with status 2 and a one-line message saying what to fix (no traceback).
 """
@@ -43,10 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--overwrite", action="store_true", help="retrain runs in --out made with other settings (finished "
                    "runs of these settings are reused, killed ones continue)")
     d.add_argument("--figure", default=None, help="figure name, written beside the results (default: demo_<setting>)")
-    from recast.experiments import profile
+    from recast.experiments import profile, tiny_sd3
     from recast.experiments.weights_cli import add_weights_parser
 
-    profile.add_parser(sub)
+    p = profile.add_parser(sub)
+    p.add_argument("--num-threads", type=int, default=1, help="torch CPU threads (default 1; 0 keeps torch's "
+                   "default, every core)")
+    tiny_sd3.add_parser(sub)
     add_weights_parser(sub)
     return ap
 
@@ -70,23 +78,18 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 
-# the extra that installs each package the commands import (pyproject.toml)
-EXTRAS = {"diffusers": "train", "transformers": "train", "accelerate": "train", "peft": "train",
-          "safetensors": "train", "tqdm": "train", "yaml": "train", "sklearn": "digits", "scipy": "digits",
-          "matplotlib": "plot", "seaborn": "plot", "sentencepiece": "sd3", "tensorboard": "tensorboard",
-          "wandb": "wandb"}
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m recast` and the `recast` script."""
     try:
         return _main(argv)
     except ModuleNotFoundError as err:
+        from recast.extras import EXTRAS, pip_hint
+
         top = (err.name or "").split(".")[0]
         if top not in EXTRAS:
             raise
-        print(f"error: this command needs {top!r}, which the core install leaves out: pip install "
-              f"'recast[{EXTRAS[top]}]' (or 'recast[all]' for every command)", file=sys.stderr)
+        print(f"error: this command needs {top!r}, which the core install leaves out: {pip_hint(EXTRAS[top])} "
+              f"(or {pip_hint('all')} for every command)", file=sys.stderr)
         return 2
 
 
@@ -107,11 +110,22 @@ def _main(argv: list[str] | None = None) -> int:
     if args.command == "profile":
         from recast.experiments import profile
 
+        if args.num_threads < 0:
+            print(f"error: --num-threads must be >= 0, got {args.num_threads}", file=sys.stderr)
+            return 2
+        if args.num_threads:
+            import torch
+
+            torch.set_num_threads(args.num_threads)
         return profile.run(args)
     if args.command == "weights":
         from recast.experiments.weights_cli import run_weights
 
         return run_weights(args)
+    if args.command == "tiny-sd3":
+        from recast.experiments import tiny_sd3
+
+        return tiny_sd3.run(args)
     from recast.trainer.rundir import EXIT_BUSY, RunDirBusyError
 
     try:

@@ -124,7 +124,9 @@ class TrainConfig:
 
     # --- run ---
     seed: int = 0  # seeds the world (tiny), LoRA init, prompt draws, noise, column draws
-    num_threads: int = 0  # torch CPU threads for this process (0 = leave torch's default); 1 avoids oversubscription
+    num_threads: int = 1  # torch CPU threads for this process; 0 = torch's default (every core). One by default: on a
+    #                       shared or busy machine torch's default oversubscribes the cores and an iteration ran 40-60x
+    #                       slower (issue 61); raise it on a quiet machine with --set num_threads=N
     device: str = "cpu"  # "cpu" or "cuda"; under `accelerate launch` the process's device is used
     mixed_precision: str = "auto"  # auto (follow `accelerate config` / ACCELERATE_MIXED_PRECISION; else no) | no |
     #                                fp16 | bf16 (an explicit value wins over accelerate's)

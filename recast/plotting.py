@@ -53,7 +53,8 @@ def plot_weights(
     annotate: bool | None = None,
     cbar: bool = True,
 ) -> plt.Axes:
-    """Heatmap of W over rewards (rows) × denoising steps (columns), with both marginals written on the margins.
+    """Heatmap of W over rewards (rows) × denoising steps (columns), with both marginals written on the margins: each
+    row's sum in its label, the column sums below.
 
     Args:
         W: (K, T) weights, column 0 = the noisiest step.
@@ -76,13 +77,13 @@ def plot_weights(
         _, ax = plt.subplots(figsize=(1.0 + 0.55 * T, 0.9 + 0.5 * K))
     annotate = T <= 12 if annotate is None else annotate
     xlabels = [f"{float(s):.2f}" for s in _to_numpy(sigmas)[:-1]] if sigmas is not None else [str(j) for j in range(T)]
+    # each row's sum (its budget λ_k) sits in its label: text beside the last column ran under the colour bar
+    ylabels = [f"{name}  Σ={row_sum:.3f}" for name, row_sum in zip(reward_names, Wn.sum(axis=1))]
     sns.heatmap(Wn, ax=ax, cmap=cmap, vmin=0.0, vmax=vmax, annot=annotate, fmt=".3f", annot_kws={"size": 7},
-                xticklabels=xlabels, yticklabels=list(reward_names), cbar=cbar, linewidths=0.3, linecolor="white",
-                cbar_kws={"label": "W[k, j]", "pad": 0.12})
+                xticklabels=xlabels, yticklabels=ylabels, cbar=cbar, linewidths=0.3, linecolor="white",
+                cbar_kws={"label": "W[k, j]"})
     ax.set_xlabel("denoising step j (σ_j)" if sigmas is not None else "denoising step j  (0 = noisiest)")
     ax.set_yticklabels(ax.get_yticklabels(), rotation=0)
-    for k, row_sum in enumerate(Wn.sum(axis=1)):
-        ax.text(T + 0.15, k + 0.5, f"Σ={row_sum:.3f}", va="center", ha="left", fontsize=7)
     col = Wn.sum(axis=0)
     spread = col.max() - col.min()
     ax.text(T / 2, K + 0.9 if K > 0 else 1, f"column sums {col.mean():.4f} (spread {spread:.1e})",

@@ -1,7 +1,9 @@
-"""The README's results tables, generated from the committed tables in research/tables (never typed by hand).
+"""The README's generated tables: the results, from the committed tables in research/tables, and the test tiers'
+counts, from pytest's collection (never typed by hand).
 
     python scripts/readme_tables.py            # rewrite the tables between the README's <!-- table:NAME --> markers
     python scripts/readme_tables.py --check    # exit 1 if the README's tables differ from the committed data
+    python scripts/readme_tables.py --check --live    # also the test tiers' counts, collected now (about 15 s)
 
 Every comparison is paired over seeds (same seeds, base model, prompts and sample budget). A cell is a win or a loss
 at 95 % when its t-interval excludes zero; read many judges at once and some cells pass by chance, so each family
@@ -124,11 +126,116 @@ def study_table(results: Path = TABLES) -> str:
     return "\n".join(out) + "\n"
 
 
-TABLE_FUNCS = {"demo": demo_table, "sweep": sweep_table, "study": study_table}
+# ------------------------------------------------------------------------------------------------ the test tiers
+
+TIERS_TIMES = ROOT / "benchmarks" / "results" / "test_tiers.json"  # measured wall times of the tiers
+# tier -> (the command a user types, what it checks); what each runs is read from the Makefile
+TIERS = {
+    "all (CI)": ("make test", "every tier below"),
+    "unit": ("make test-fast", "the library's properties and closed forms"),
+    "slow": ("make test-slow", "library tests that train, spawn processes, build the wheel, run the paper path"),
+    "research": ("make test-research", "pins the committed research tables, probe scripts and probe worlds"),
+    "notebook": ("make test-notebooks", "every notebook end to end with its CPU-small defaults"),
+    "gpu": ("pytest -m gpu", "CUDA-only checks, skipped without a GPU"),
+}
 
 
-def render(text: str, results: Path = TABLES) -> str:
-    """``text`` with the body between each ``<!-- table:NAME -->`` / ``<!-- /table:NAME -->`` pair regenerated.
+def tier_selection(command: str, makefile: Path = ROOT / "Makefile") -> tuple[tuple[str, ...], str]:
+    """The folders a tier's command collects and its marker expression ("" = every test), from the Makefile's
+    recipe for ``make TARGET`` or from a ``pytest -m EXPR`` command.
+
+    Raises:
+        ValueError: a make target without a pytest recipe.
+    """
+    if command.startswith("pytest"):
+        args = command
+    else:
+        target = command.split()[1]
+        recipe = re.search(rf"^{re.escape(target)}:[^\n]*\n((?:\t[^\n]*\n)+)", makefile.read_text(), re.M)
+        args = next((line for line in (recipe.group(1).splitlines() if recipe else []) if "pytest" in line), None)
+        if args is None:
+            raise ValueError(f"{makefile}: no pytest command in the recipe of {target!r}")
+    args = args.split("pytest", 1)[1]  # pytest's own arguments (not `python -m pytest`'s -m)
+    expr = re.search(r'-m\s+"([^"]+)"|-m\s+(\w+)', args)
+    paths = tuple(w for w in args.split() if w in ("tests", "notebooks")) or ("tests",)
+    return paths, (expr.group(1) or expr.group(2)) if expr else ""
+
+
+def collect_markers(root: Path = ROOT) -> list[tuple[str, frozenset[str]]]:
+    """(node id, marker names) of every test `make test` collects, as collected (tests/conftest.py adds the tier
+    markers). Runs pytest's collection in this process: about 15 s."""
+    import pytest
+
+    class Record:
+        items: list = []
+
+        def pytest_collection_finish(self, session):
+            Record.items = [(i.nodeid, frozenset(m.name for m in i.iter_markers())) for i in session.items]
+
+    sys.path.insert(0, str(root))  # as `python -m pytest` from the root has it: tests import tests.helpers
+    try:
+        code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "--nbmake", "--rootdir", str(root),
+                            str(root / "tests"), str(root / "notebooks")], plugins=[Record()])
+    finally:
+        sys.path.remove(str(root))
+    if code != 0:
+        raise RuntimeError(f"pytest could not collect the tests (exit {int(code)})")
+    return Record.items
+
+
+class _Markers(dict):
+    """Marker names as booleans for a marker expression (absent markers are False)."""
+
+    def __missing__(self, key):
+        return False
+
+
+def tier_counts(items: list[tuple[str, frozenset[str]]], makefile: Path = ROOT / "Makefile") -> dict[str, int]:
+    """Tier -> the number of its tests among ``items`` (`collect_markers`), each tier selected as its command
+    selects (`tier_selection`)."""
+    out = {}
+    for tier, (command, _) in TIERS.items():
+        paths, expr = tier_selection(command, makefile)
+        out[tier] = sum(node.startswith(tuple(f"{p}/" for p in paths)) and
+                        (not expr or eval(expr, {"__builtins__": {}}, _Markers(dict.fromkeys(marks, True))))
+                        for node, marks in items)
+    return out
+
+
+def _duration(seconds: float, about: bool) -> str:
+    text = f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min".replace(".0 min", " min")
+    return f"about {text}" if about else text
+
+
+def tests_table(results: Path = TABLES, counts: dict[str, int] | None = None) -> str:
+    """The test tiers with their counts as collected now and their measured times (`TIERS_TIMES`); a time measured
+    when the tier held another number of tests says so."""
+    import json
+
+    counts = counts if counts is not None else tier_counts(collect_markers())
+    times = json.loads(TIERS_TIMES.read_text())
+    out = ["| tier | command | what | tests | time on 2 cores |", "| --- | --- | --- | --- | --- |"]
+    for tier, (command, what) in TIERS.items():
+        t = times.get(tier)
+        when = ""
+        if t:
+            notes = [t["on"]] if t.get("on") else []
+            if t.get("tests") is None:
+                notes.append("its count then not recorded")
+            elif t["tests"] != counts[tier]:
+                notes.append(f"timed at {t['tests']:,} tests")
+            when = _duration(t["seconds"], t.get("about", False)) + (f" ({'; '.join(notes)})" if notes else "")
+        out.append(f"| {tier} | `{command}` | {what} | {counts[tier]:,} | {when} |")
+    return "\n".join(out) + "\n"
+
+
+TABLE_FUNCS = {"demo": demo_table, "sweep": sweep_table, "study": study_table, "tests": tests_table}
+LIVE = ("tests",)  # tables made from the working tree, not from committed data: slow, so rendered only on request
+
+
+def render(text: str, results: Path = TABLES, *, live: bool = False) -> str:
+    """``text`` with the body between each ``<!-- table:NAME -->`` / ``<!-- /table:NAME -->`` pair regenerated
+    (the `LIVE` tables only with ``live``; otherwise they are left as they are).
 
     Raises:
         ValueError: a marker naming no table.
@@ -136,6 +243,8 @@ def render(text: str, results: Path = TABLES) -> str:
     def fill(m: re.Match) -> str:
         if m["name"] not in TABLE_FUNCS:
             raise ValueError(f"unknown table {m['name']!r}; known: {', '.join(TABLE_FUNCS)}")
+        if m["name"] in LIVE and not live:
+            return m.group(0)
         return m.group(1) + TABLE_FUNCS[m["name"]](results) + m.group(4)
 
     return MARK.sub(fill, text)
@@ -144,11 +253,13 @@ def render(text: str, results: Path = TABLES) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="only compare; exit 1 when the README is stale")
+    p.add_argument("--live", action="store_true", help="with --check, also the tables made from the working tree "
+                   "(the test counts: about 15 s); writing always regenerates them")
     p.add_argument("--readme", default=str(ROOT / "README.md"))
     a = p.parse_args(argv)
     path = Path(a.readme)
     text = path.read_text()
-    new = render(text)
+    new = render(text, live=a.live or not a.check)
     if a.check:
         if new != text:
             print(f"{path}: tables differ from research/tables; run python scripts/readme_tables.py", file=sys.stderr)

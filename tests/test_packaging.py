@@ -1,4 +1,5 @@
-"""The install paths agree: environment.yml delegates to the pip install CI tests, and CI runs the README's command."""
+"""The package's metadata: a light core, extras that carry the stack, and CI running the README's command (the install
+itself, conda's included: tests/test_install.py)."""
 
 import re
 import sys
@@ -12,25 +13,15 @@ else:  # pragma: no cover
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_environment_yml_delegates_to_the_tested_pip_install():
-    env = (ROOT / "environment.yml").read_text()
-    pip_lines = [l.strip()[2:].strip() for l in env.splitlines() if l.strip().startswith("- ") and "    - " in l]
-    assert "-c constraints.txt" in pip_lines, "environment.yml must install through constraints.txt (CPU torch pin)"
-    assert "-e .[dev]" in pip_lines, "environment.yml must install the package with the dev extra, as CI does"
-    py = re.search(r"python=(\d+\.\d+)", env).group(1)
-    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
-    assert requires.startswith(">=") and tuple(map(int, py.split("."))) >= tuple(map(int, requires[2:].split(".")))
-
-
 def _names(reqs) -> set[str]:
     return {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in reqs}
 
 
 def _extra(project: dict, name: str, seen=()) -> set[str]:
-    """An extra's requirements with the package's own extras (``recast[a,b]``) expanded."""
+    """An extra's requirements with the package's own extras (``recast-credit[a,b]``) expanded."""
     out = set()
     for req in project["optional-dependencies"][name]:
-        own = re.fullmatch(r"recast\[([\w,]+)\]", req)
+        own = re.fullmatch(re.escape(project["name"]) + r"\[([\w,]+)\]", req)
         if own:
             for sub in own.group(1).split(","):
                 if sub not in seen:
@@ -50,7 +41,9 @@ def test_constraints_pin_torch_and_the_core_needs_only_torch_and_numpy():
     assert {"matplotlib", "seaborn"} <= _extra(project, "plot")
     assert {"jupyterlab", "ipykernel", "papermill", "nbmake", "matplotlib", "seaborn", "scikit-learn",
             "diffusers"} <= _extra(project, "notebooks")
-    every = set().union(*(_extra(project, e) for e in project["optional-dependencies"] if e not in ("dev", "wandb")))
+    extras = project["optional-dependencies"]
+    assert set().union(*(_extra(project, e) for e in extras if e != "dev")) == _extra(project, "all")  # all is all
+    every = set().union(*(_extra(project, e) for e in extras if e not in ("dev", "all", "wandb")))
     assert every | {"pytest", "hypothesis"} <= _extra(project, "dev")
 
 

@@ -73,19 +73,47 @@ def readme_block(heading: str) -> str:
     return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
 
 
-def test_the_readme_paper_scale_commands_run_verbatim(folders, tmp_path):
-    """Every line of the README's paper-scale block, as written, with $CONFIGS adding the smoke layer."""
+def _clone(tmp_path: Path) -> Path:
+    """A working directory as a fresh clone is after the two set-up commands: this checkout's configs/ and notebooks/,
+    and .venv, the environment running this test (or, outside a venv, an activate script that puts it first)."""
+    work = tmp_path / "clone"
+    work.mkdir()
+    for name in ("configs", "notebooks"):
+        (work / name).symlink_to(ROOT / name)
+    if (Path(sys.prefix) / "bin" / "activate").is_file():
+        (work / ".venv").symlink_to(Path(sys.prefix))
+    else:
+        (work / ".venv" / "bin").mkdir(parents=True)
+        (work / ".venv" / "bin" / "activate").write_text(f'export PATH="{Path(sys.executable).parent}:$PATH"\n')
+    return work
+
+
+def test_the_readme_paper_scale_block_runs_verbatim_from_a_plain_shell(tmp_path):
+    """The README's paper-scale block, as written, in a shell that has nothing of ours on its PATH and none of the
+    block's variables: it activates .venv, writes the tiny folders itself, and every table and figure it makes lands
+    under $OUT (none under ./runs named for the notebooks' CI defaults)."""
     block = readme_block("Paper scale")
-    assert "$SD35" in block and "$CONFIGS" in block and "recast export" in block
-    out = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=ROOT, capture_output=True, text=True,
-                         env=_env(folders, tmp_path))
+    assert "recast tiny-sd3" in block and "$SD35" in block and "recast export" in block
+    work = _clone(tmp_path)
+    ours = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECAST_") and k not in ("SD35", "REWARDS", "OUT",
+                                                                                            "CONFIGS", "VIRTUAL_ENV")}
+    env["PATH"] = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if d != ours)
+    out = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=work, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    runs = tmp_path / "runs"
+    runs = work / "runs" / "paper"
     for setting in ("composition", "quality"):
         evals = [json.loads(line) for line in (runs / setting / "eval.jsonl").read_text().splitlines()]
         judges = {k for k in evals[-1] if k.startswith("judge/")}
         assert len(judges - {"judge/diversity"}) >= 3, (setting, judges)  # held-out judges, reported
     assert (runs / "composition_lora" / "pytorch_lora_weights.safetensors").is_file()
+    assert (runs / "results" / "sd35_sweep_paired.csv").is_file() and (runs / "results" / "sd35_judges.csv").is_file()
+    assert list((runs / "figures").glob("05_sd35*.png"))
+    strays = [p.relative_to(work) for p in (work / "runs").rglob("*") if "_ci" in p.name]
+    assert not strays, strays
+    again = subprocess.run(["bash", "-c", "source .venv/bin/activate && recast tiny-sd3 runs/tiny_sd3"], cwd=work,
+                           env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and again.stdout.startswith("kept "), again.stdout + again.stderr
 
 
 def test_notebooks_05_and_06_run_on_an_sd3_world_with_the_vlm_judge(folders, tmp_path, vlm):

@@ -16,7 +16,7 @@ def installed(tmp_path_factory):
     base = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(base / "dist")], check=True, capture_output=True, cwd=base)
-    (wheel,) = (base / "dist").glob("recast-*.whl")
+    (wheel,) = (base / "dist").glob("recast_credit-*.whl")  # the distribution recast-credit, normalised
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(base / "site"),
                     str(wheel)], check=True, capture_output=True)
     return wheel, base / "site"

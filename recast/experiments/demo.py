@@ -24,7 +24,11 @@ from recast.experiments.alone import DRAW_STRIDE as RESCORE_DRAW_STRIDE  # draw 
 from recast.stats import efficiency_label
 
 __all__ = ["DemoResult", "run_demo", "summarise", "paired", "efficiency", "efficiency_label", "plot_demo",
+           "plot_paired_judges",
            "demo_runs", "rescore", "rescore_paired", "rescore_changes", "rescore_compare", "RESCORE_DRAW_STRIDE"]
+
+
+CHECKPOINT_EVERY = 5  # iterations between a demo run's checkpoints (the cpu preset alone writes one at its end)
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,9 @@ def run_demo(
     if figure_name is not None and (not figure_name or Path(figure_name).name != figure_name or figure_name in (".", "..")):
         raise ValueError(f"figure name (--figure) must be a plain file name without a folder, got {figure_name!r}")
     out = Path(out_dir)
-    overrides = {"setting": setting, "lam": tuple(lam), "progress": False}
+    # progress: the workers' bars are off (RunProgress prints one line per finished iteration instead);
+    # checkpoint_every: a stopped demo continues from its last checkpoint when rerun
+    overrides = {"setting": setting, "lam": tuple(lam), "progress": False, "checkpoint_every": CHECKPOINT_EVERY}
     if iterations is not None:
         overrides["iterations"] = iterations
     from recast.trainer.validate import validate
@@ -152,12 +158,15 @@ def run_demo(
             for m in methods for s in seeds]
     workers = workers or min(len(jobs), os.cpu_count() or 1)
     start = time.perf_counter()
-    if workers == 1:
-        for job in jobs:
-            _train_one(job)
-    else:
-        with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            list(pool.map(_train_one, jobs))
+    from recast.experiments.progress import RunProgress
+
+    with RunProgress({f"{m}/seed_{s}": out / m / f"seed_{s}" for m in methods for s in seeds}, cfg.iterations):
+        if workers == 1:
+            for job in jobs:
+                _train_one(job)
+        else:
+            with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+                list(pool.map(_train_one, jobs))
     runs = {m: [out / m / f"seed_{s}" for s in seeds] for m in methods}
     rows = summarise(runs)
     pairs, eff = paired(runs), []  # the interpolated efficiency ratio is retired (research/study/preregistration.md)
@@ -266,8 +275,8 @@ def efficiency(runs: dict[str, list[Path]], *, method: str = "recast", prefix: s
 
 def plot_demo(runs: dict[str, list[Path]], rows: list[dict] | None = None):
     """Three panels: weighted training reward (mean ± std over seeds), the paired ReCAST − baseline differences on
-    every held-out judge with their 95 % intervals (the policy evaluated named: the EMA or the trained weights), and
-    the last ReCAST W.
+    every held-out judge with their 95 % intervals (the policy evaluated named: the EMA or the trained weights; the
+    Fréchet distance on its own scale beside the rates), and the last ReCAST W.
 
     Args:
         runs: method -> run directories, as in `DemoResult.runs`.
@@ -278,8 +287,9 @@ def plot_demo(runs: dict[str, list[Path]], rows: list[dict] | None = None):
     from recast.plotting import plot_weights
     from recast.trainer.metrics import load_run
 
-    fig, axes = plt.subplots(1, 3, figsize=(17, 3.8), constrained_layout=True,
-                             gridspec_kw={"width_ratios": [1, 1.4, 1.3]})
+    fig = plt.figure(figsize=(18, 3.8), constrained_layout=True)
+    grid = fig.add_gridspec(1, 4, width_ratios=[1, 1.3, 0.22, 1.3])
+    axes = [fig.add_subplot(grid[0, i]) for i in range(4)]
     ax = axes[0]
     for method, paths in runs.items():
         curves = [load_run(p).curve("reward/weighted") for p in paths]
@@ -290,34 +300,9 @@ def plot_demo(runs: dict[str, list[Path]], rows: list[dict] | None = None):
     ax.set_title("(a) training reward, mean ± std over seeds", fontsize=9)
     ax.legend(frameon=False)
 
-    ax = axes[1]
     first = load_run(next(iter(runs.values()))[0])
     policy = "EMA of the weights" if float(first.config.get("ema_decay", 0.9)) > 0 else "the trained weights"
-    pairs = [r for r in paired(runs) if r["metric"].startswith("judge/")]
-    if pairs:
-        metrics = list(dict.fromkeys(r["metric"] for r in pairs))
-        baselines = list(dict.fromkeys(r["baseline"] for r in pairs))
-        for i, b in enumerate(baselines):
-            sel = {r["metric"]: r for r in pairs if r["baseline"] == b}
-            xs = np.arange(len(metrics)) + (i - (len(baselines) - 1) / 2) * 0.25
-            # the Fréchet distance and defect rates are lower-is-better: drawn negated, so up is better everywhere
-            sign = [(-1 if m.startswith(("judge/fid", "judge/defect_")) else 1) for m in metrics]
-            mid = [s * sel[m]["diff"] for s, m in zip(sign, metrics)]
-            lo = [min(s * sel[m]["ci_low"], s * sel[m]["ci_high"]) for s, m in zip(sign, metrics)]
-            hi = [max(s * sel[m]["ci_low"], s * sel[m]["ci_high"]) for s, m in zip(sign, metrics)]
-            scale = [1 / 100 if m == "judge/fid" else 1 for m in metrics]
-            ax.errorbar(xs, np.multiply(mid, scale), yerr=[np.multiply(np.subtract(mid, lo), scale),
-                                                         np.multiply(np.subtract(hi, mid), scale)],
-                        fmt="o", capsize=3, label=f"ReCAST − {b}")
-        ax.axhline(0, color="0.4", lw=0.8)
-        labels = [m.removeprefix("judge/") + (" (−, /100)" if m == "judge/fid" else " (−)" if "defect_" in m else "")
-                  for m in metrics]
-        ax.set_xticks(np.arange(len(metrics)), labels, rotation=35, ha="right", fontsize=8)
-        ax.set(ylabel="paired difference (up: ReCAST better)")
-        ax.set_title(f"(b) ReCAST − baseline, held-out judges, 95 % CI\n(policy: {policy})", fontsize=9)
-        ax.legend(frameon=False, fontsize=7)
-    else:
-        ax.axis("off")
+    plot_paired_judges(axes[1], axes[2], [r for r in paired(runs) if r["metric"].startswith("judge/")], policy)
 
     recast_runs = runs.get("recast") or runs.get("recast_live")
     if recast_runs:
@@ -327,10 +312,52 @@ def plot_demo(runs: dict[str, list[Path]], rows: list[dict] | None = None):
             title = f"(c) recast_live's W at iteration {it} (seed 0)"
         else:  # the paper's: one W, the run's weight table
             W, title = np.asarray(run.metrics[-1]["W"], dtype=float), "(c) ReCAST's W (its weight table)"
-        plot_weights(W, run.reward_names, sigmas=run.sigmas, ax=axes[2], title=title)
+        plot_weights(W, run.reward_names, sigmas=run.sigmas, ax=axes[3], title=title)
     else:
-        axes[2].axis("off")
+        axes[3].axis("off")
     return fig
+
+
+def plot_paired_judges(ax, ax_fid, pairs: list[dict], policy: str = "") -> None:
+    """Panel (b) of `plot_demo`: ReCAST − each baseline on every held-out judge with its interval, up = ReCAST better
+    (lower-is-better metrics negated). Pass and defect rates share ``ax``; the Fréchet distance, whose differences
+    are hundreds of times larger, gets ``ax_fid`` and its own scale (on one axis its interval made every rate's
+    difference a dot on zero).
+
+    Args:
+        ax, ax_fid: the two axes; either is switched off when it has nothing to show.
+        pairs: `paired` rows of judge metrics.
+        policy: which weights the evaluations sampled, for the title.
+    """
+    from recast.stats import lower_is_better
+
+    baselines = list(dict.fromkeys(r["baseline"] for r in pairs))
+    rates = [m for m in dict.fromkeys(r["metric"] for r in pairs) if m != "judge/fid"]
+    fid = [m for m in dict.fromkeys(r["metric"] for r in pairs) if m == "judge/fid"]
+    for axis, metrics in ((ax, rates), (ax_fid, fid)):
+        if not metrics:
+            axis.axis("off")
+            continue
+        for i, b in enumerate(baselines):
+            sel = {r["metric"]: r for r in pairs if r["baseline"] == b}
+            xs = np.arange(len(metrics)) + (i - (len(baselines) - 1) / 2) * 0.25
+            sign = np.array([-1.0 if lower_is_better(m) else 1.0 for m in metrics])
+            mid = sign * [sel[m]["diff"] for m in metrics]
+            ends = sign[:, None] * [[sel[m]["ci_low"], sel[m]["ci_high"]] for m in metrics]
+            axis.errorbar(xs, mid, yerr=[mid - ends.min(1), ends.max(1) - mid], fmt="o", capsize=3, color=f"C{i}",
+                          label=f"ReCAST − {b}")
+        axis.axhline(0, color="0.4", lw=0.8)
+        axis.set_xticks(np.arange(len(metrics)), [m.removeprefix("judge/") + (" (−)" if lower_is_better(m) else "")
+                                                  for m in metrics], rotation=35, ha="right", fontsize=8)
+        axis.set_xlim(-0.6, len(metrics) - 0.4)
+    if rates:
+        ax.set(ylabel="paired difference (up: ReCAST better)")
+        ax.set_title("(b) ReCAST − baseline, held-out judges, 95 % CI" + (f"\n(policy: {policy})" if policy else ""),
+                     fontsize=9)
+        ax.legend(frameon=False, fontsize=7)
+    if fid:
+        ax_fid.set_title("Fréchet distance\n(its own scale)", fontsize=8)
+        ax_fid.tick_params(axis="y", labelsize=7)
 
 
 # ------------------------------------------------------------------------------------ re-scoring on more samples

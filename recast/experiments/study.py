@@ -517,7 +517,13 @@ def figures(rows: list[dict], tables: dict[str, list[dict]], out_dir) -> list[Pa
             n = rs[0]["n"] if rs else 0
             ax.set_title(f"{setting}: final evaluation, {n} seeds, 95 % CI\n({_policy(rows, setting)}; filled: "
                          f"survives Holm over the six)", fontsize=9)
-        fig.tight_layout()
+        from matplotlib.lines import Line2D
+
+        keys = [Line2D([], [], marker="o", ls="", color=c, mfc=f, label=t) for c, f, t in (
+            ("C2", None, "ReCAST better (after Holm)"), ("C3", None, "ReCAST worse (after Holm)"),
+            ("0.3", "white", "tie after Holm"))]
+        fig.legend(handles=keys, loc="lower center", ncol=3, frameon=False, fontsize=8)
+        fig.tight_layout(rect=(0, 0.07, 1, 1))  # room for the legend of the colours below the panels
         paths.append(out_dir / "study_primary.png")
         fig.savefig(paths[-1], dpi=130)
         plt.close(fig)

@@ -13,6 +13,8 @@ import importlib.util
 import numpy as np
 import torch
 
+from recast.extras import pip_hint
+
 __all__ = ["TRACKERS", "check_trackers", "log_evaluation"]
 
 # tracker -> (the module it needs, the extra that installs it)
@@ -30,11 +32,11 @@ def check_trackers(log_with) -> None:
             raise ValueError(f"config field log_with: unknown tracker {name!r}; choose from {sorted(TRACKERS)}")
         module, extra = TRACKERS[name]
         if importlib.util.find_spec(module) is None:
-            raise ValueError(f"config field log_with: {name!r} is not installed here; pip install 'recast[{extra}]' "
+            raise ValueError(f"config field log_with: {name!r} is not installed here; {pip_hint(extra)} "
                              f"(or drop it from log_with)")
     if log_with and importlib.util.find_spec("matplotlib") is None:
-        raise ValueError("config field log_with: the W heatmaps the trackers receive need matplotlib; pip install "
-                         "'recast[plot]'")
+        raise ValueError(f"config field log_with: the W heatmaps the trackers receive need matplotlib; "
+                         f"{pip_hint('plot')}")
 
 
 def _heatmap(W, reward_names, sigmas) -> np.ndarray:

@@ -151,11 +151,21 @@ def _resolve(base: dict, setting: str, overrides: dict) -> tuple[SD3Settings, di
 def resolve_settings(arg, setting: str, overrides: dict, rewards=()) -> tuple[SD3Settings, dict]:
     """`SD3Settings` for "sd3:PATH" and a reward setting: SD3.5-Medium's defaults, the setting's prompts and
     judges, then a run's ``world_settings``. Raises ValueError / FileNotFoundError naming the setting at fault."""
-    return _resolve({}, setting, overrides)
+    settings, plain = _resolve({}, setting, overrides)
+    _check_installed(settings, rewards)
+    return settings, plain
 
 
 def resolve_tiny_settings(arg, setting: str, overrides: dict, rewards=()) -> tuple[SD3Settings, dict]:
     """As `resolve_settings` for "sd3-tiny": the tiny pipeline's sizes and model-free judges."""
     base = dict(TINY_DEFAULTS)
     settings, plain = _resolve(base, setting, {"judges": TINY_JUDGES, **overrides})
+    _check_installed(settings, rewards)
     return settings, plain
+
+
+def _check_installed(settings: SD3Settings, rewards) -> None:
+    """The rewards a run trains (resolved by the caller) and its judges have their packages installed."""
+    import recast.worlds.sd3.rewards as registry
+
+    registry.check_installed((*rewards, *settings.judges))

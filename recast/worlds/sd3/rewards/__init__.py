@@ -25,7 +25,8 @@ import torch
 
 from recast.worlds.sd3.rewards._common import RewardFn, check_batch, group_diversity, group_rank, groupwise
 
-__all__ = ["SETTINGS", "RewardFn", "get", "names", "groupwise", "group_rank", "group_diversity"]
+__all__ = ["SETTINGS", "RewardFn", "get", "names", "groupwise", "group_rank", "group_diversity", "NEEDS",
+           "check_installed"]
 
 SETTINGS: dict[str, tuple[str, ...]] = {
     "composition": ("geneval", "ocr", "pickscore", "clipscore"),
@@ -107,6 +108,28 @@ _REGISTRY: dict[str, Callable[..., RewardFn]] = {
     "colour_entropy": colour_entropy,
     "dark_fraction": dark_fraction,
 }
+
+
+# reward -> the packages it imports beyond the sd3 extra, as (distribution, module) pairs
+NEEDS: dict[str, tuple[tuple[str, str], ...]] = {"ocr": (("rapidocr-onnxruntime", "rapidocr_onnxruntime"),
+                                                          ("rapidfuzz", "rapidfuzz"))}
+
+
+def check_installed(reward_names) -> None:
+    """Refuse rewards or judges whose optional packages are not installed, before any model or pipeline loads (a run
+    would otherwise load everything, then stop at the reward's first use).
+
+    Raises:
+        ValueError: naming the reward, the missing packages and the command that installs them.
+    """
+    from recast.extras import EXTRAS, missing, pip_hint
+
+    for name in dict.fromkeys(n.removeprefix("rank:") for n in reward_names):
+        pairs = dict((module, dist) for dist, module in NEEDS.get(name, ()))
+        gone = missing(pairs)
+        if gone:
+            raise ValueError(f"reward {name!r} needs {', '.join(pairs[m] for m in gone)}, not installed here: "
+                             f"{pip_hint(EXTRAS[gone[0]])}")
 
 
 def names() -> tuple[str, ...]:

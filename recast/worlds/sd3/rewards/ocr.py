@@ -14,9 +14,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from recast.extras import pip_hint
 from recast.worlds.sd3.rewards._common import check_batch
 
-HINT = "install the OCR extra: pip install -e '.[ocr]' (rapidocr-onnxruntime and rapidfuzz; models ship in the wheel)"
+HINT = (f"install the OCR extra: {pip_hint('ocr')}, or pip install -e '.[ocr]' in a clone (rapidocr-onnxruntime and "
+        "rapidfuzz; models ship in the wheel)")
 
 
 def quoted_text(prompt: str) -> str:

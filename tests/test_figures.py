@@ -1,0 +1,145 @@
+"""The figures' layout defects stay fixed: the W heatmap's row sums clear its colour bar, the demo's Fréchet-distance
+interval has its own axis instead of setting the judges' shared scale, and the study's primary figure explains its
+colours; every figure recipe names commands and parameters that exist."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _extent(artist, renderer):
+    return artist.get_window_extent(renderer)
+
+
+@pytest.mark.parametrize("K,T,sigmas", [(5, 6, True), (3, 10, False), (2, 4, True)])
+def test_w_heatmap_labels_clear_the_colour_bar_and_carry_the_row_sums(K, T, sigmas):
+    from recast.plotting import plot_weights
+
+    rng = np.random.default_rng(0)
+    W = rng.random((K, T))
+    W = W / W.sum(1, keepdims=True) / K  # rows 1/K
+    names = ["position_flat", "size_half_max", "digit", "color", "sharpness"][:K]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 3))
+    ax = plot_weights(W, names, sigmas=np.linspace(1, 0, T + 1) if sigmas else None, ax=axes[1])
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    cbar = ax.collections[0].colorbar.ax
+    labels = [t for t in (*ax.get_yticklabels(), *ax.texts) if t.get_text()]
+    clash = [t.get_text() for t in labels if _extent(t, renderer).overlaps(_extent(cbar, renderer))]
+    assert not clash, clash
+    sums = [re.search(r"Σ=([\d.]+)", t.get_text()) for t in ax.get_yticklabels()]
+    assert [float(m.group(1)) for m in sums] == pytest.approx(W.sum(1), abs=5e-4)
+    plt.close(fig)
+
+
+def _pair(baseline, metric, diff, half):
+    return {"method": "recast", "baseline": baseline, "metric": metric, "n": 5, "diff": diff,
+            "ci_low": diff - half, "ci_high": diff + half, "verdict": "tie"}
+
+
+def test_the_frechet_interval_gets_its_own_axis_and_the_rates_keep_a_readable_scale():
+    """Differences of ±0.05 in pass rates and ±300 in the Fréchet distance: the rates' axis spans a few tenths, the
+    Fréchet distance is drawn (negated: up is better) on the other axis only."""
+    from recast.experiments.demo import plot_paired_judges
+
+    pairs = [_pair(b, m, d, h) for b in ("uniform", "reward_sum")
+             for m, d, h in (("judge/strict", 0.04, 0.03), ("judge/color", -0.02, 0.05), ("judge/defect_blur", 0.01, 0.02),
+                             ("judge/fid", 120.0, 300.0))]
+    fig, (ax, ax_fid) = plt.subplots(1, 2)
+    plot_paired_judges(ax, ax_fid, pairs, "EMA of the weights")
+    low, high = ax.get_ylim()
+    assert high - low < 0.5 and low < -0.07 and high > 0.07  # every rate interval visible, none dwarfed
+    points = np.concatenate([line.get_ydata() for line in ax.lines if line.get_marker() == "o"])
+    assert np.abs(points).max() < 0.1
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["strict", "color", "defect_blur (−)"]
+    fid_points = np.concatenate([line.get_ydata() for line in ax_fid.lines if line.get_marker() == "o"])
+    assert sorted(fid_points) == [-120.0, -120.0]  # lower is better: drawn negated
+    assert ax_fid.get_ylim()[0] < -420 and ax_fid.get_ylim()[1] > 180
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["ReCAST − uniform", "ReCAST − reward_sum"]
+    plt.close(fig)
+
+
+def test_without_a_frechet_distance_its_axis_is_off():
+    from recast.experiments.demo import plot_paired_judges
+
+    fig, (ax, ax_fid) = plt.subplots(1, 2)
+    plot_paired_judges(ax, ax_fid, [_pair("uniform", "judge/strict", 0.1, 0.05)])
+    assert not ax_fid.axison and ax.axison
+    plt.close(fig)
+
+
+@pytest.mark.slow
+def test_the_study_primary_figure_has_a_key_for_every_colour_it_draws(tmp_path, monkeypatch):
+    from matplotlib.colors import to_rgba
+    from matplotlib.figure import Figure
+
+    from recast.experiments import study
+
+    saved = {}
+    real = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, path, *a, **k: (saved.__setitem__(Path(path).name, self),
+                                                                         real(self, path, *a, **k))[1])
+    rows = [r for p in sorted((study.STUDY_DIR / "data").glob("*.csv")) for r in study._read(p)]
+    study.figures(rows, study.analyse(rows), tmp_path)
+    fig = saved["study_primary.png"]
+    (legend,) = fig.legends
+    keys = {(to_rgba(h.get_color()), to_rgba(h.get_markerfacecolor())): t.get_text()
+            for h, t in zip(legend.legend_handles, legend.get_texts())}
+    drawn = {(to_rgba(line.get_color()), to_rgba(line.get_markerfacecolor()))
+             for ax in fig.axes for line in ax.lines if line.get_marker() == "o"}
+    assert drawn and drawn <= set(keys), (drawn, keys)
+    assert sorted(keys.values()) == ["ReCAST better (after Holm)", "ReCAST worse (after Holm)", "tie after Holm"]
+
+
+def _figures_script():
+    spec = importlib.util.spec_from_file_location("figures_script", ROOT / "scripts" / "figures.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _documented_commands() -> list[str]:
+    """The commands of scripts/figures.py's recipes and those quoted in figures/README.md."""
+    recipes = [c for cmds, _ in _figures_script().RECIPES.values() for c in cmds]
+    text = re.sub(r"\s*\n\s*", " ", (ROOT / "figures" / "README.md").read_text())
+    quoted = re.findall(r"`((?:python -m recast|papermill) [^`]+)`", text)
+    return recipes + quoted
+
+
+def _notebook_parameters(path: Path) -> set[str]:
+    import ast
+    import json
+
+    nb = json.loads(path.read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    return {n.target.id for n in ast.parse("".join(cell["source"])).body if isinstance(n, ast.AnnAssign)}
+
+
+def test_every_figure_command_names_a_command_and_parameters_that_exist():
+    """A recipe or a page naming a demo option, a subcommand or a notebook parameter that is gone fails here, not in
+    the middle of `make figures`."""
+    from recast.cli import build_parser
+
+    commands = _documented_commands()
+    assert any(c.startswith("python -m recast demo") for c in commands)
+    for command in commands:
+        words = shlex.split(command)
+        if words[:3] == ["python", "-m", "recast"]:
+            build_parser().parse_args(words[3:])  # exits (SystemExit) on an unknown option
+        elif words[0] == "papermill" and words[1].endswith(".ipynb"):
+            names = {words[i + 1] for i, w in enumerate(words) if w == "-p"}
+            names |= {words[i + 1].split(":")[0] for i, w in enumerate(words) if w == "-y"}
+            unknown = names - _notebook_parameters(ROOT / words[1])
+            assert not unknown, (command, unknown)
