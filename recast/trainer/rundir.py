@@ -118,7 +118,7 @@ def check_out_dir(out_dir: str | os.PathLike) -> Path:
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".write-probe-{os.getpid()}"
-        probe.write_bytes(b"")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))  # never via a link
         probe.unlink()
     except OSError as err:
         raise PermissionError(f"out_dir {out} is not writable ({err.strerror}); choose another --out") from None
