@@ -29,8 +29,9 @@ __all__ = ["to_jsonable", "current_umask", "NotRegularFileError", "check_target"
            "append_jsonl", "read_jsonl", "write_csv", "remove_stale_temps"]
 
 
-class NotRegularFileError(OSError):
-    """A path that recast reads or writes is a link, folder, named pipe or device where a regular file belongs."""
+class NotRegularFileError(FileExistsError):
+    """A path that recast reads or writes is a link, folder, named pipe or device where a regular file belongs (a
+    FileExistsError: something is in the way, and every command reports it in one line)."""
 
 
 def _kind(mode: int) -> str:
@@ -58,7 +59,7 @@ def check_target(path: str | os.PathLike) -> Path:
 def _make_parent(path: Path) -> None:
     parent = path.parent
     if parent.exists() and not parent.is_dir():
-        raise NotADirectoryError(f"cannot write {path}: {parent} is a file, not a folder")
+        raise NotRegularFileError(f"cannot write {path}: {parent} is a file, not a folder")
     parent.mkdir(parents=True, exist_ok=True)
 
 
@@ -94,7 +95,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object]) 
     Raises:
         NotRegularFileError: `path` is a symbolic link, a folder, a named pipe or another non-regular file
             (checked before `write` runs and again before the rename; nothing is written).
-        NotADirectoryError: `path`'s folder is a file.
+        NotRegularFileError: also when `path`'s folder is a file.
     """
     path = check_target(path)
     _make_parent(path)

@@ -20,12 +20,12 @@ def figures_dir() -> Path:
     The committed ``figures/`` are written only on request: ``make figures`` sets ``RECAST_FIGURES_DIR=figures``.
 
     Raises:
-        NotADirectoryError: $RECAST_FIGURES_DIR names something that is not a folder (checked before any compute
+        FileExistsError: $RECAST_FIGURES_DIR names something that is not a folder (checked before any compute
             by `check_figures_dir`).
     """
     env = os.environ.get("RECAST_FIGURES_DIR")
     if env and os.path.exists(env) and not os.path.isdir(env):
-        raise NotADirectoryError(f"RECAST_FIGURES_DIR={env} is not a folder; point it at a folder (it is created if "
+        raise FileExistsError(f"RECAST_FIGURES_DIR={env} is not a folder; point it at a folder (it is created if "
                                  "missing) or unset it")
     return Path(env) if env else Path.cwd() / "runs" / "figures"
 
@@ -35,12 +35,12 @@ def check_figures_dir(outdir: str | os.PathLike | None = None) -> Path:
     missing) that this process can write.
 
     Raises:
-        NotADirectoryError / PermissionError: naming the folder (and $RECAST_FIGURES_DIR where it came from there).
+        FileExistsError / PermissionError: naming the folder (and $RECAST_FIGURES_DIR where it came from there).
     """
     out = Path(outdir) if outdir is not None else figures_dir()
     where = f"RECAST_FIGURES_DIR={out}" if outdir is None and os.environ.get("RECAST_FIGURES_DIR") else str(out)
     if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"the figures folder {where} is not a folder")
+        raise FileExistsError(f"the figures folder {where} is not a folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
