@@ -219,7 +219,11 @@ _DATA_PREFIX = "data/"
 
 
 def _roots(path: str) -> list[Path]:
-    """Where a relative path missing from the cwd is looked for: the repo root, and for "data/..." the data root."""
+    """Where a relative path missing from the cwd is looked for: the repo root, and for "data/..." the data root.
+    With $RECAST_DATA_ROOT set, "data/..." is looked for there only: the base model then comes from the same root as
+    the rewards and judges, never from the clone's data/ behind the user's back."""
+    if path.startswith(_DATA_PREFIX) and os.environ.get("RECAST_DATA_ROOT"):
+        return [DATA_ROOT / path[len(_DATA_PREFIX):]]
     out = [REPO_ROOT / path]
     if path.startswith(_DATA_PREFIX):
         out.append(DATA_ROOT / path[len(_DATA_PREFIX):])
@@ -248,7 +252,9 @@ def resolve_world(world: str) -> str:
     for p in (Path(world), *_roots(world)):
         if (p / "world.json").is_file():
             return f"digits:{p}"
-    raise FileNotFoundError(f"no digit world at {short_repr(world)} (world.json missing) and not a world spec "
+    where = f" under RECAST_DATA_ROOT={DATA_ROOT}" if world.startswith(_DATA_PREFIX) and os.environ.get(
+        "RECAST_DATA_ROOT") else ""
+    raise FileNotFoundError(f"no digit world at {short_repr(world)}{where} (world.json missing) and not a world spec "
                             f"(prefixes: {', '.join(world_prefixes())}): use world='tiny', or make the base model "
                             "with `python -m recast.worlds.digits.pretrain --out data/digit_base`")
 

@@ -50,6 +50,9 @@ def check_target(path: str | os.PathLike) -> Path:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return path
+    except NotADirectoryError:  # a file where one of its folders belongs
+        blocker = next(p for p in path.parents if p.exists() and not p.is_dir())
+        raise NotRegularFileError(f"cannot write {path}: {blocker} is a file, not a folder") from None
     if not stat.S_ISREG(mode):
         raise NotRegularFileError(f"{path} is {_kind(mode)}; recast writes only regular files and never through a "
                                   "link: remove it or write elsewhere")
