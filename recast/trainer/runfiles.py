@@ -44,7 +44,8 @@ def read_run_config(run_dir: str | Path) -> dict:
 
 
 def check_checkpoint_config(run_dir: str | Path, state: dict, saved: dict | None = None) -> None:
-    """Refuse a checkpoint whose own config differs from the run's config.json (fields a resume may change apart).
+    """Refuse a checkpoint whose own config differs from the run's config.json (fields a resume may change apart;
+    the world by the fingerprints of its base weights where both record one, not by its path).
 
     Args:
         state: the checkpoint (`recast.trainer.checkpoint.load_checkpoint`).
@@ -55,7 +56,15 @@ def check_checkpoint_config(run_dir: str | Path, state: dict, saved: dict | None
     """
     saved = read_run_config(run_dir) if saved is None else saved
     own = state.get("config")
-    detail = config_diff(saved, own if isinstance(own, dict) else {}, CHECKPOINT)
+    # A run moved with its world names the world's new place: the world is compared by the fingerprints of its base
+    # weights (each checked against the weights on disk wherever they are loaded; a run made before fingerprints
+    # has none and is loaded unchecked), never by its path.
+    marker = saved.get("_run") if isinstance(saved.get("_run"), dict) else {}
+    fp, recorded = state.get("world_fingerprint"), marker.get("world_fingerprint")
+    detail = config_diff(saved, own if isinstance(own, dict) else {}, CHECKPOINT, resolved=("world",))
+    if fp and recorded and fp != recorded:
+        detail = ", ".join(filter(None, [detail, f"base weights: config.json {str(recorded)[:12]} vs {CHECKPOINT} "
+                                                 f"{str(fp)[:12]}"]))
     if detail:
         raise ValueError(f"{Path(run_dir) / CHECKPOINT} is not the checkpoint of the run in "
                          f"{Path(run_dir) / 'config.json'} ({detail}): copied from another run, or config.json edited after training? Put back "
