@@ -249,7 +249,7 @@ def test_R14_a_finished_run_whose_checkpoint_was_deleted_is_not_retrained_silent
     (run / "checkpoint.pt").unlink()
     cfg = preset("ci", **CI)
     for resume in ("auto", False):
-        with pytest.raises(FileExistsError, match="holds a run that wrote a checkpoint .* but checkpoint.pt is missing"):
+        with pytest.raises(FileExistsError, match="holds a run that wrote a checkpoint .* checkpoint.pt is missing"):
             check_run_dir(run, cfg, resume=resume, overwrite=False)
     assert check_run_dir(run, cfg, resume="auto", overwrite=True) == "fresh"
 

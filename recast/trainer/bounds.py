@@ -51,7 +51,8 @@ def check_bounds(cfg) -> None:
           "standardised, so c = 5 is usual; far below, p = 0.5 + A / (2c) divides by ~0, far above, p is 0.5 for "
           "every sample")
     _need(cfg.noise_level <= MAX_NOISE_LEVEL, f"config field noise_level: {cfg.noise_level:g} is above "
-                                              f"{MAX_NOISE_LEVEL:g} (Flow-GRPO uses 0.7); the SDE step grows as its square")
+                                              f"{MAX_NOISE_LEVEL:g} (Flow-GRPO uses 0.7); the SDE step grows as its "
+                                              "square")
     n = cfg.eval_prompts * cfg.eval_group
     _need(n <= MAX_EVAL_SAMPLES, f"config field eval_prompts: {cfg.eval_prompts} x eval_group {cfg.eval_group} = {n} "
                                  f"samples per evaluation, more than {MAX_EVAL_SAMPLES} (the evaluation samples them "

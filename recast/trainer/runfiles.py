@@ -67,8 +67,9 @@ def check_checkpoint_config(run_dir: str | Path, state: dict, saved: dict | None
                                                  f"{str(fp)[:12]}"]))
     if detail:
         raise ValueError(f"{Path(run_dir) / CHECKPOINT} is not the checkpoint of the run in "
-                         f"{Path(run_dir) / 'config.json'} ({detail}): copied from another run, or config.json edited after training? Put back "
-                         "this run's own files, or use the run the checkpoint came from")
+                         f"{Path(run_dir) / 'config.json'} ({detail}): copied from another run, or config.json "
+                         "edited after training? Put back this run's own files, or use the run the checkpoint came "
+                         "from")
 
 
 def load_trained(run_dir: str | Path, action: str, *, mmap: bool = False) -> tuple[dict, dict]:

@@ -34,10 +34,12 @@ def check_trackers(log_with) -> None:
                          "name each tracker once")
     for name in log_with:
         if name not in TRACKERS:
-            raise ValueError(f"config field log_with: unknown tracker {name!r}; choose from {sorted(TRACKERS)}")
+            raise ValueError(f"config field log_with: unknown tracker {short_repr(name)}; choose from "
+                             f"{sorted(TRACKERS)}")
         module, extra = TRACKERS[name]
         if importlib.util.find_spec(module) is None:
-            raise ValueError(f"config field log_with: {name!r} is not installed here; pip install 'recast[{extra}]' "
+            raise ValueError(f"config field log_with: {short_repr(name)} is not installed here; pip install "
+                             f"'recast[{extra}]' "
                              f"(or drop it from log_with)")
     if log_with and importlib.util.find_spec("matplotlib") is None:
         raise ValueError("config field log_with: the W heatmaps the trackers receive need matplotlib; pip install "

@@ -107,9 +107,8 @@ def _prompt_file(split: str, path: str) -> str:
     for candidate in (p, DATA_PROMPTS / p):
         if candidate.is_file():
             return str(candidate)
-    raise FileNotFoundError(f"config field world_settings.prompt_files.{split}: no prompt file {short_repr(path)} (looked "
-                            "in "
-                            f"the working directory and {DATA_PROMPTS})")
+    raise FileNotFoundError(f"config field world_settings.prompt_files.{split}: no prompt file {short_repr(path)} "
+                            f"(looked in the working directory and {DATA_PROMPTS})")
 
 
 # vlm_judge key -> (what it must be, the check); every value is checked before the settings are copied or used, so a
