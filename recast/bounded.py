@@ -10,6 +10,7 @@ duplicate keys; `short_repr` bounds what an error message shows of any value.
 
 from __future__ import annotations
 
+import functools
 import reprlib
 
 __all__ = ["MAX_CONFIG_BYTES", "MAX_NODES", "MAX_TEXT", "short_repr", "count_nodes", "load_yaml"]
@@ -61,6 +62,11 @@ def count_nodes(value, limit: int = MAX_NODES) -> int:
     return size(value)
 
 
+class _DuplicateKey(ValueError):
+    """A mapping names one key twice (YAML says keys are unique; PyYAML would keep the last silently)."""
+
+
+@functools.cache
 def _loader():
     """A `yaml.SafeLoader` that refuses a key given twice in one mapping (naming it and its line)."""
     import yaml
@@ -74,13 +80,13 @@ def _loader():
                         continue  # "<<: *base" merges are overridden on purpose
                     key = self.construct_object(key_node, deep=False)
                     try:
-                        first = seen.setdefault(key, key_node.start_mark.line + 1)
+                        first = seen.get(key)
+                        seen[key] = key_node.start_mark.line + 1
                     except TypeError:
                         continue  # an unhashable key: the base constructor refuses it
-                    if first != key_node.start_mark.line + 1:
-                        raise yaml.constructor.ConstructorError(
-                            None, None, f"duplicate key {short_repr(key)} (first on line {first}, again on line "
-                                        f"{key_node.start_mark.line + 1}): give each key once", key_node.start_mark)
+                    if first is not None:
+                        raise _DuplicateKey(f"duplicate key {short_repr(key)} (first on line {first}, again on line "
+                                            f"{key_node.start_mark.line + 1}): give each key once")
             return super().construct_mapping(node, deep=deep)
 
     return StrictLoader
@@ -104,6 +110,8 @@ def load_yaml(text: str, where: str, *, max_nodes: int = MAX_NODES, max_chars: i
         raise ValueError(f"{where}: {len(text):,} characters, more than the {max_chars:,} accepted")
     try:
         data = yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as err:
+        raise ValueError(f"{where}: {err}") from None
     except yaml.YAMLError as err:
         raise ValueError(f"{where}: not valid YAML ({' '.join(str(err).split())[:300]})") from None
     except RecursionError:

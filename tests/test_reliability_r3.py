@@ -131,6 +131,8 @@ def test_Y15_a_duplicate_key_is_refused_naming_it_and_both_lines(tmp_path):
     nested.write_text("world_settings:\n  resolution: 32\n  resolution: 64\n")
     with pytest.raises(ValueError, match="duplicate key 'resolution'"):
         load_config_files(str(nested))
+    with pytest.raises(ValueError, match=r"^world_settings.x: duplicate key 'a' \(first on line 1, again on line 1"):
+        parse_overrides(["world_settings.x={a: 1, a: 2}"])
     merged = tmp_path / "merge.yaml"  # a YAML merge key overridden on purpose is not a duplicate
     merged.write_text("world_settings: {<<: {resolution: 32, dtype: float32}, resolution: 64}\n")
     assert load_config_files(str(merged))["world_settings"] == {"resolution": 64, "dtype": "float32"}
