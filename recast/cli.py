@@ -68,7 +68,7 @@ def _demo(args: argparse.Namespace) -> int:
                           seeds=_list_option("--seeds", args.seeds, int), iterations=args.iterations,
                           workers=args.workers, figure_name=args.figure or f"demo_{args.setting}",
                           overwrite=args.overwrite)
-    except (ValueError, FileNotFoundError, FileExistsError, PermissionError, TypeError) as err:
+    except (ValueError, OSError, TypeError) as err:  # OSError: FileNotFound/FileExists/Permission, a full disk
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(result.markdown())
@@ -102,7 +102,7 @@ def _main(argv: list[str] | None = None) -> int:
 
         try:
             path = export_adapter(args.run_dir, args.out_dir, args.which)
-        except (ValueError, FileNotFoundError, FileExistsError) as err:
+        except (ValueError, OSError) as err:  # OSError: FileNotFound/FileExists/Permission, a full disk
             print(f"error: {err}", file=sys.stderr)
             return 2
         print(f"wrote the {args.which} adapter of {args.run_dir} to {path} (pipe.load_lora_weights({str(path)!r}))")

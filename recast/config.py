@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from recast.bounded import load_yaml, short_repr
 from recast.credit.methods import AGGREGATIONS, KERNELS, METHODS  # the credit methods, by name
 BACKENDS = ("nft", "grpo")
 STD_SCOPES = ("global", "group")
@@ -245,7 +246,11 @@ _DATA_PREFIX = "data/"
 
 
 def _roots(path: str) -> list[Path]:
-    """Where a relative path missing from the cwd is looked for: the repo root, and for "data/..." the data root."""
+    """Where a relative path missing from the cwd is looked for: the repo root, and for "data/..." the data root.
+    With $RECAST_DATA_ROOT set, "data/..." is looked for there only: the base model then comes from the same root as
+    the rewards and judges, never from the clone's data/ behind the user's back."""
+    if path.startswith(_DATA_PREFIX) and os.environ.get("RECAST_DATA_ROOT"):
+        return [DATA_ROOT / path[len(_DATA_PREFIX):]]
     out = [REPO_ROOT / path]
     if path.startswith(_DATA_PREFIX):
         out.append(DATA_ROOT / path[len(_DATA_PREFIX):])
@@ -286,7 +291,9 @@ def resolve_world(world: str) -> str:
     for p in (Path(world), *_roots(world)):
         if (p / "world.json").is_file():
             return f"digits:{p}"
-    raise FileNotFoundError(f"no digit world at {world!r} (world.json missing) and not a world spec "
+    where = f" under RECAST_DATA_ROOT={DATA_ROOT}" if world.startswith(_DATA_PREFIX) and os.environ.get(
+        "RECAST_DATA_ROOT") else ""
+    raise FileNotFoundError(f"no digit world at {short_repr(world)}{where} (world.json missing) and not a world spec "
                             f"(prefixes: {', '.join(world_prefixes())}): use world='tiny', or make the base model "
                             "with `python -m recast.worlds.digits.pretrain --out data/digit_base`")
 
@@ -317,7 +324,7 @@ def preset(name: str, **overrides) -> TrainConfig:
         ValueError: unknown preset name.
     """
     if name not in _PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(_PRESETS)}")
+        raise ValueError(f"unknown preset {short_repr(name)}; choose one of {sorted(_PRESETS)}")
     base = TrainConfig(**_PRESETS[name])
     setting = overrides.get("setting", base.setting)
     if not overrides.get("rewards", base.rewards):
@@ -346,12 +353,13 @@ def resolve_rewards(cfg: TrainConfig, spec: str | None = None, *, info=None) -> 
         names = tuple(cfg.rewards)
     else:
         if cfg.setting not in info.reward_settings:
-            raise ValueError(f"unknown setting {cfg.setting!r} for world {spec!r}; choose one of "
+            raise ValueError(f"unknown setting {short_repr(cfg.setting)} for world {short_repr(spec)}; choose one of "
                              f"{sorted(info.reward_settings)}")
         names = tuple(info.reward_settings[cfg.setting])
     for n in names:
         if n not in info.reward_names:
-            raise ValueError(f"unknown reward {n!r} for world {spec!r}; valid: {', '.join(info.reward_names)}")
+            raise ValueError(f"unknown reward {short_repr(n)} for world {short_repr(spec)}; valid: "
+                             f"{', '.join(info.reward_names)}")
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:  # the same reward twice would train it twice under colliding metric keys
         raise ValueError(f"rewards {dup} are named more than once in {list(names)}; name each reward once (to weigh "
@@ -408,7 +416,7 @@ def load_fixed_W(path: str | os.PathLike) -> tuple[tuple[tuple[float, ...], ...]
     names = obj.get("reward_names")
     if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
         raise ValueError(f"--fixed-w {path}: \"reward_names\" must be a list of reward names, got "
-                         f"{type(names).__name__} {names!r}")
+                         f"{type(names).__name__} {short_repr(names)}")
     return rows, (tuple(names) if names is not None else None)
 
 
@@ -432,7 +440,7 @@ def parse_bool(text: str, name: str = "value") -> bool:
         return True
     if word in FALSE_WORDS:
         return False
-    raise ValueError(f"{name}: expected a boolean (true/false/1/0/yes/no), got {text!r}")
+    raise ValueError(f"{name}: expected a boolean (true/false/1/0/yes/no), got {short_repr(text)}")
 
 
 def parse_floats(value, name: str = "value") -> tuple[float, ...]:
@@ -446,15 +454,16 @@ def parse_floats(value, name: str = "value") -> tuple[float, ...]:
     elif isinstance(value, (list, tuple)):
         items = list(value)
     else:
-        raise ValueError(f"{name}: expected a list of numbers, got {type(value).__name__} {value!r}")
+        raise ValueError(f"{name}: expected a list of numbers, got {type(value).__name__} {short_repr(value)}")
     out = []
     for x in items:
         if isinstance(x, bool):
-            raise ValueError(f"{name}: expected numbers, got {x!r}")
+            raise ValueError(f"{name}: expected numbers, got {short_repr(x)}")
         try:
             out.append(float(x))
         except (TypeError, ValueError):
-            raise ValueError(f"{name}: expected comma-separated numbers, got {x!r} in {value!r}") from None
+            raise ValueError(f"{name}: expected comma-separated numbers, got {short_repr(x)} in "
+                             f"{short_repr(value)}") from None
     return tuple(out)
 
 
@@ -466,7 +475,7 @@ def parse_field(name: str, text: str):
     """
     types = field_types()
     if name not in types:
-        raise ValueError(f"unknown TrainConfig field {name!r}; valid fields: {', '.join(sorted(types))}")
+        raise ValueError(f"unknown TrainConfig field {short_repr(name)}; valid fields: {', '.join(sorted(types))}")
     typ = types[name]
     try:
         if typ.startswith("tuple[tuple"):
@@ -476,11 +485,9 @@ def parse_field(name: str, text: str):
         if typ.startswith("tuple[str"):  # "a,b", "[a, b]" or "['a', 'b']" (papermill's -p passes the literal)
             return tuple(v.strip().strip("'\"") for v in text.strip().strip("[]()").split(",") if v.strip())
         if typ == "dict":
-            import yaml
-
-            value = yaml.safe_load(text) if text.strip() else {}
+            value = load_yaml(text, name) if text.strip() else {}
             if not isinstance(value, dict):
-                raise ValueError(f"{name}: expected a mapping such as {{resolution: 256}}, got {text!r}")
+                raise ValueError(f"{name}: expected a mapping such as {{resolution: 256}}, got {short_repr(text)}")
             return value
         if typ == "bool":
             return parse_bool(text, name)
@@ -491,7 +498,7 @@ def parse_field(name: str, text: str):
     except ValueError as err:
         if str(err).startswith(name):
             raise
-        raise ValueError(f"{name}: expected {typ}, got {text!r}") from None
+        raise ValueError(f"{name}: expected {typ}, got {short_repr(text)}") from None
     return text
 
 
@@ -505,17 +512,17 @@ def parse_overrides(texts) -> dict:
     for text in texts:
         key, sep, value = text.partition("=")
         if not sep:
-            raise ValueError(f"expected FIELD=VALUE with a TrainConfig field, got {text!r}")
+            raise ValueError(f"expected FIELD=VALUE with a TrainConfig field, got {short_repr(text)}")
         key = key.strip()
         if key.startswith("world_settings."):  # one world setting: its value as YAML, checked by the world later
-            import yaml
-
             sub = key[len("world_settings."):]
             if not sub:
-                raise ValueError(f"expected world_settings.NAME=VALUE, got {text!r}")
+                raise ValueError(f"expected world_settings.NAME=VALUE, got {short_repr(text)}")
             try:
-                parsed = yaml.safe_load(value) if value.strip() else ""
-            except yaml.YAMLError:
+                parsed = load_yaml(value, key) if value.strip() else ""
+            except ValueError as err:
+                if "not valid YAML" not in str(err):
+                    raise  # too large, an alias bomb, a duplicate key: refused; plain text that is not YAML stays text
                 parsed = value
             out.setdefault("world_settings", {})[sub] = parsed
             continue
@@ -573,4 +580,4 @@ def check_field_types(cfg: TrainConfig) -> None:
             continue  # a type this checker does not know: its own validation owns it
         if not ok:
             what = "a finite number" if typ == "float" else typ
-            raise ValueError(f"config field {name}: expected {what}, got {v!r}")
+            raise ValueError(f"config field {name}: expected {what}, got {short_repr(v)}")

@@ -20,10 +20,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from recast.bounded import MAX_CONFIG_BYTES, load_yaml, short_repr
 from recast.config import REPO_ROOT, TrainConfig, field_types, parse_field, preset
 
 __all__ = ["SECTIONS", "load_config_file", "load_config_files", "layered_config", "notebook_config",
-           "merge_world_settings", "sweep_section"]
+           "merge_world_settings", "split_config_paths", "sweep_section"]
 
 SECTIONS = ("preset", "sweep")  # top-level keys of a config file that are not TrainConfig fields
 
@@ -32,21 +33,22 @@ def load_config_file(path: str | Path) -> dict:
     """A YAML config file as a dict of TrainConfig fields (values parsed by their types), plus its sections.
 
     Raises:
-        FileNotFoundError: no such file. ValueError: not YAML, not a mapping, an unknown key or a bad value (named).
+        FileNotFoundError: no such file. ValueError: not YAML, not a mapping, an unknown key, a key given twice, a
+            bad value, or too large (over `recast.bounded.MAX_CONFIG_BYTES`, or over `recast.bounded.MAX_NODES` values
+            with its aliases expanded); each named.
     """
-    import yaml
+    from recast.io import read_bytes
 
-    p = Path(path)
-    if not p.is_file() and not p.is_absolute() and (REPO_ROOT / p).is_file():
-        p = REPO_ROOT / p  # the shipped configs/, from any working directory (a notebook runs in notebooks/)
-    if not p.is_file():
+    p = _find(path)
+    if p is None:
         raise FileNotFoundError(f"--config {path}: no such file")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        text = read_bytes(p, MAX_CONFIG_BYTES, "config file").decode("utf-8")
     except UnicodeDecodeError as err:
         raise ValueError(f"--config {path}: not a UTF-8 text file ({err.reason} at byte {err.start})") from None
-    except yaml.YAMLError as err:
-        raise ValueError(f"--config {path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    except OSError as err:  # a named pipe, a folder, unreadable
+        raise ValueError(f"--config {path}: cannot be read ({err.strerror or err})") from None
+    data = load_yaml(text, f"--config {path}", max_chars=None)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -56,14 +58,50 @@ def load_config_file(path: str | Path) -> dict:
     if unknown:
         raise ValueError(f"--config {path}: unknown keys {unknown}; a config file holds TrainConfig fields "
                          f"({', '.join(sorted(types))}) and the sections {list(SECTIONS)}")
-    return {k: (v if k in SECTIONS else _typed(k, v, f"--config {path}")) for k, v in data.items()}
+    _check_sections(data, f"--config {path}")
+    return {k: (v if k in SECTIONS else _typed(k, v, f"--config {path}")) for k, v in data.items()
+            if not (k in SECTIONS and v is None)}
+
+
+def _find(path: str | Path) -> Path | None:
+    """A config file as given, else under the repo root (the shipped configs/, from any working directory: a notebook
+    runs in notebooks/); None where neither exists."""
+    p = Path(path)
+    if not p.exists() and not p.is_absolute() and (REPO_ROOT / p).exists():
+        p = REPO_ROOT / p
+    return p if p.exists() else None
+
+
+def _check_sections(data: dict, where: str) -> None:
+    """The sections that are not TrainConfig fields: ``preset`` a preset's name, ``sweep`` a mapping of budgets,
+    methods and seeds (either may be empty: ``sweep:`` alone means none)."""
+    name = data.get("preset")
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"{where}: preset must be a preset's name (ci | cpu | gpu | sd35), got {short_repr(name)}")
+    section = data.get("sweep")
+    if section is not None and (not isinstance(section, dict) or set(section) - {"budgets", "methods", "seeds"}):
+        raise ValueError(f"{where}: the sweep section is a mapping of budgets, methods and seeds, got "
+                         f"{short_repr(section)}")
+
+
+def split_config_paths(paths: str | Path) -> list[str]:
+    """The files of ``--config``: comma-separated names, or one name that holds a comma where a file of exactly that
+    name exists."""
+    text = str(paths)
+    if "," in text and _find(text.strip()) is not None:
+        return [text.strip()]
+    return [p.strip() for p in text.split(",") if p.strip()]
 
 
 def load_config_files(paths: str | Path) -> dict:
     """One or more config files ("a.yaml,b.yaml"), each layered over the ones before it (world_settings and the
     sweep section merge key by key), as `load_config_file` reads each."""
     merged: dict = {}
-    for path in [p.strip() for p in str(paths).split(",") if p.strip()]:
+    names = split_config_paths(paths)
+    for path in names:
+        if len(names) > 1 and _find(path) is None:
+            raise FileNotFoundError(f"--config {path}: no such file (--config {paths} was read as {len(names)} "
+                                    "comma-separated files)")
         for k, v in load_config_file(path).items():
             merged[k] = merge_world_settings(merged.get(k, {}), v) if k in ("world_settings", "sweep") else v
     return merged
@@ -74,17 +112,17 @@ def _typed(name: str, value, where: str):
     typ = field_types()[name]
     if typ == "dict":
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise ValueError(f"{where}: {name} must be a mapping of names to values, got {value!r}")
+            raise ValueError(f"{where}: {name} must be a mapping of names to values, got {short_repr(value)}")
         return dict(value)
     if isinstance(value, str) and typ != "str":
         return parse_field(name, value)
     if typ.startswith("tuple[tuple"):
         if not isinstance(value, (list, tuple)) or not all(isinstance(r, (list, tuple)) for r in value):
-            raise ValueError(f"{where}: {name} must be a list of rows of numbers, got {value!r}")
+            raise ValueError(f"{where}: {name} must be a list of rows of numbers, got {short_repr(value)}")
         return tuple(tuple(r) for r in value)
     if typ.startswith("tuple"):
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{where}: {name} must be a list ({typ}), got {value!r}")
+            raise ValueError(f"{where}: {name} must be a list ({typ}), got {short_repr(value)}")
         return tuple(value)
     if typ == "float" and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
@@ -164,5 +202,6 @@ def sweep_section(config: str) -> dict:
         return {}
     section = load_config_files(config).get("sweep") or {}
     if not isinstance(section, dict) or set(section) - {"budgets", "methods", "seeds"}:
-        raise ValueError(f"--config {config}: the sweep section holds budgets, methods and seeds, got {section!r}")
+        raise ValueError(f"--config {config}: the sweep section holds budgets, methods and seeds, got "
+                         f"{short_repr(section)}")
     return section

@@ -1,20 +1,69 @@
-"""Every file a run or a notebook writes leaves through here: JSON, JSONL, CSV, and atomic byte writes."""
+"""Every file a run or a notebook writes leaves through here: JSON, JSONL, CSV, figures, torch and safetensors
+files, and whole folders.
+
+One writer, `atomic_write`: the bytes go to a temp file in the target's folder, are flushed to disk, and the temp file
+is renamed over the target, so a crash never leaves half a file. A target that is a symbolic link, a folder, a named
+pipe or anything else but a regular file is refused with one line naming it: nothing is ever written through a link.
+Folders written by other libraries (`save_pretrained`) are made in a fresh temp folder and renamed into place
+(`atomic_dir`). Reads of run files open regular files only (`open_regular`), so a named pipe never blocks a reader.
+"""
 
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import math
 import os
+import shutil
+import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import IO, Any, Callable, Iterable
 
 import numpy as np
 import torch
 
-__all__ = ["to_jsonable", "current_umask", "atomic_write_bytes", "write_json", "read_json", "append_jsonl", "read_jsonl",
-           "write_csv", "remove_stale_temps"]
+__all__ = ["to_jsonable", "current_umask", "NotRegularFileError", "check_target", "atomic_write", "atomic_write_bytes",
+           "atomic_dir", "save_torch", "save_safetensors", "open_regular", "read_bytes", "write_json", "read_json",
+           "append_jsonl", "read_jsonl", "write_csv", "remove_stale_temps"]
+
+
+class NotRegularFileError(FileExistsError):
+    """A path that recast reads or writes is a link, folder, named pipe or device where a regular file belongs (a
+    FileExistsError: something is in the way, and every command reports it in one line)."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe "
+                       "(FIFO)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_target(path: str | os.PathLike) -> Path:
+    """`path` as a Path if it is absent or a regular file (not a link to one); else NotRegularFileError naming it."""
+    path = Path(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return path
+    except NotADirectoryError:  # a file where one of its folders belongs
+        blocker = next(p for p in path.parents if p.exists() and not p.is_dir())
+        raise NotRegularFileError(f"cannot write {path}: {blocker} is a file, not a folder") from None
+    if not stat.S_ISREG(mode):
+        raise NotRegularFileError(f"{path} is {_kind(mode)}; recast writes only regular files and never through a "
+                                  "link: remove it or write elsewhere")
+    return path
+
+
+def _make_parent(path: Path) -> None:
+    parent = path.parent
+    if parent.exists() and not parent.is_dir():
+        raise NotRegularFileError(f"cannot write {path}: {parent} is a file, not a folder")
+    parent.mkdir(parents=True, exist_ok=True)
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -37,23 +86,109 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write `data` to a temp file in the same folder, fsync, then rename over `path`: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object]) -> Path:
+    """The package's one file writer: `write(fh)` fills a temp file in `path`'s folder, which is flushed to disk and
+    renamed over `path`. Never a half-written file, never a write through a link.
+
+    Args:
+        path: the target; its folder is created if missing.
+        write: called with the temp file open for binary writing (``fig.savefig(fh, format="png")``,
+            ``torch.save(obj, fh)``, ``fh.write(data)``).
+
+    Raises:
+        NotRegularFileError: `path` is a symbolic link, a folder, a named pipe or another non-regular file
+            (checked before `write` runs and again before the rename; nothing is written).
+        NotRegularFileError: also when `path`'s folder is a file.
+    """
+    path = check_target(path)
+    _make_parent(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes private (0600) files; give the mode open() would have
+        check_target(path)  # os.replace would replace a link made meanwhile, never write through it; say so instead
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
     return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` to `path` with `atomic_write`."""
+    return atomic_write(path, lambda fh: fh.write(data))
+
+
+def save_torch(path: str | os.PathLike, obj: Any) -> Path:
+    """`torch.save(obj)` to `path` with `atomic_write`."""
+    return atomic_write(path, lambda fh: torch.save(obj, fh))
+
+
+def save_safetensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], metadata: dict | None = None) -> Path:
+    """A safetensors file of `tensors` (and string `metadata`) at `path` with `atomic_write`."""
+    from safetensors.torch import save
+
+    return atomic_write(path, lambda fh: fh.write(save(tensors, metadata=metadata)))
+
+
+def atomic_dir(final: str | os.PathLike, write: Callable[[Path], object]) -> Path:
+    """A folder written by `write(tmp)` into a fresh temp folder beside `final`, then renamed into place, replacing
+    what `final` held (a link at `final` is removed as a link, never followed): never half a folder.
+
+    Raises:
+        NotRegularFileError: `final` is a file, named pipe or other non-folder (nothing is written).
+    """
+    final = Path(final)
+    if final.exists() and not final.is_symlink() and not final.is_dir():
+        raise NotRegularFileError(f"{final} is a file, not a folder; remove it or write elsewhere")
+    _make_parent(final)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        write(tmp)
+        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes a private (0700) folder; give the mode mkdir would have
+        old = final.with_name(f".{final.name}-old-{os.getpid()}")
+        if final.is_symlink():
+            final.unlink()
+        if final.exists():
+            final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def open_regular(path: str | os.PathLike) -> IO[bytes]:
+    """`path` opened for binary reading if it is a regular file (a link to one is followed). A named pipe is opened
+    without blocking and refused, so a reader never waits on one.
+
+    Raises:
+        FileNotFoundError: no such file. NotRegularFileError: a folder, named pipe, socket or device.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegularFileError(f"{path} is {_kind(mode)}, not a regular file; recast reads only regular files")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path: str | os.PathLike, limit: int | None = None, what: str = "file") -> bytes:
+    """A regular file's bytes (`open_regular`), refusing one larger than `limit` bytes before reading it whole.
+
+    Raises:
+        ValueError: the file is larger than `limit` (naming it and the limit).
+    """
+    with open_regular(path) as fh:
+        data = fh.read(-1 if limit is None else limit + 1)
+    if limit is not None and len(data) > limit:
+        raise ValueError(f"{path}: larger than {limit:,} bytes, too large for a {what}")
+    return data
 
 
 def current_umask() -> int:
@@ -74,8 +209,7 @@ def read_json(path: str | os.PathLike) -> Any:
     Raises:
         ValueError: the file is not valid JSON (the message names the file, line and column).
     """
-    with open(path, "rb") as fh:
-        data = fh.read()
+    data = read_bytes(path)
     try:
         return json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as err:
@@ -88,10 +222,20 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def append_jsonl(path: str | os.PathLike, record: dict) -> None:
-    """Append one JSON record as a line (flushed, so a crash loses at most the line being written)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
+    """Append one JSON record as a line (flushed, so a crash loses at most the line being written); never through a
+    link, and only to a regular file (NotRegularFileError otherwise)."""
+    path = check_target(path)
+    _make_parent(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENXIO):  # a link, or a pipe without a reader, made since the check
+            check_target(path)
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        check_target(path)
+    with os.fdopen(fd, "a") as fh:
         fh.write(json.dumps(to_jsonable(record)) + "\n")
         fh.flush()
 
@@ -110,14 +254,17 @@ def remove_stale_temps(folder: str | os.PathLike) -> list[Path]:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read JSON lines, skipping a torn final line left by a crash."""
+    """The JSON-object lines of a log, skipping what is not one: a torn final line left by a crash, or a damaged
+    line (not UTF-8, not JSON, or JSON but not an object); a resume restores the log from its checkpoint's copy."""
     records = []
-    with open(path) as fh:
-        for line in fh:
+    with open_regular(path) as fh:
+        for raw in fh:
             try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
+                rec = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                 continue
+            if isinstance(rec, dict):
+                records.append(rec)
     return records
 
 
@@ -148,14 +295,16 @@ def read_csv(path: str | os.PathLike) -> list[dict]:
                 pass
         return {"True": True, "False": False}.get(v, v)
 
-    with open(path, newline="") as f:
+    import io as _io
+
+    with _io.TextIOWrapper(open_regular(path), newline="") as f:
         return [{k: parse(v) for k, v in r.items()} for r in csv.DictReader(f)]
 
 
 def check_safetensors(path: Path) -> None:
     """Raise ValueError naming `path` unless it is a complete safetensors file (header parses, sizes add up)."""
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
+        size = os.fstat(fh.fileno()).st_size
         head = fh.read(8)
         n = int.from_bytes(head, "little") if len(head) == 8 else -1
         if n < 2 or n > size - 8:

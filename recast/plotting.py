@@ -11,29 +11,63 @@ import numpy as np
 import seaborn as sns
 import torch
 
-__all__ = ["figures_dir", "savefig", "plot_weights", "plot_discriminability"]
+__all__ = ["figures_dir", "check_figures_dir", "savefig", "plot_weights", "plot_discriminability"]
 
 
 def figures_dir() -> Path:
     """Where figures go: $RECAST_FIGURES_DIR if set, else ``runs/figures`` under the working directory.
 
     The committed ``figures/`` are written only on request: ``make figures`` sets ``RECAST_FIGURES_DIR=figures``.
+
+    Raises:
+        FileExistsError: $RECAST_FIGURES_DIR names something that is not a folder (checked before any compute
+            by `check_figures_dir`).
     """
     env = os.environ.get("RECAST_FIGURES_DIR")
+    if env and os.path.exists(env) and not os.path.isdir(env):
+        raise FileExistsError(f"RECAST_FIGURES_DIR={env} is not a folder; point it at a folder (it is created if "
+                                 "missing) or unset it")
     return Path(env) if env else Path.cwd() / "runs" / "figures"
 
 
+def check_figures_dir(outdir: str | os.PathLike | None = None) -> Path:
+    """The folder `savefig` will write to, checked before the compute that makes the figures: a folder (created if
+    missing) that this process can write.
+
+    Raises:
+        FileExistsError / PermissionError: naming the folder (and $RECAST_FIGURES_DIR where it came from there).
+    """
+    out = Path(outdir) if outdir is not None else figures_dir()
+    where = f"RECAST_FIGURES_DIR={out}" if outdir is None and os.environ.get("RECAST_FIGURES_DIR") else str(out)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"the figures folder {where} is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PermissionError(f"the figures folder {where} cannot be created ({err.strerror})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise PermissionError(f"the figures folder {where} is not writable")
+    return out
+
+
 def savefig(fig: plt.Figure, name: str, outdir: str | os.PathLike | None = None, dpi: int = 200) -> list[Path]:
-    """Save `fig` as `<outdir>/<name>.png` and `.pdf`; names match the notebook that made the figure.
+    """Save `fig` as `<outdir>/<name>.png` and `.pdf` (default: `figures_dir`); names match the notebook that made the
+    figure. Each file is written by `recast.io.atomic_write`: never half a figure, never through a link.
 
     Returns:
         The two paths written.
+
+    Raises:
+        NotRegularFileError: a target is a symbolic link or another non-regular file (it is left as it is).
     """
-    out = Path(outdir) if outdir is not None else figures_dir()
-    out.mkdir(parents=True, exist_ok=True)
+    from recast.io import atomic_write, check_target
+
+    out = check_figures_dir(outdir)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
     for p in paths:
-        fig.savefig(p, dpi=dpi, bbox_inches="tight")
+        check_target(p)  # both refused before either is written
+    for p in paths:
+        atomic_write(p, lambda fh, p=p: fig.savefig(fh, format=p.suffix[1:], dpi=dpi, bbox_inches="tight"))
     return paths
 
 

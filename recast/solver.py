@@ -60,6 +60,9 @@ def check_budgets(budgets, K: int | None = None, name: str = "budgets") -> torch
         raise ValueError(f"{name} contain NaN or inf: {lam.tolist()}")
     if (lam < 0).any():
         raise ValueError(f"{name} must be >= 0, got {lam.tolist()}")
+    if not torch.isfinite(lam.sum()):
+        raise ValueError(f"{name} sum past the largest float ({lam.max().item():.3g} is the largest of {lam.numel()}): "
+                         "budgets are relative weights; scale them down (e.g. divide each by the largest)")
     if lam.sum() <= 0:
         raise ValueError(f"{name} are all zero: at least one reward needs a positive budget")
     return lam

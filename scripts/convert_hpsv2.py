@@ -23,10 +23,14 @@ processor equal to open_clip's evaluation transform (bicubic resize of the short
 and std), written together as a `CLIPProcessor`. The activation is GELU (open_clip ViT-H-14); pass --quick-gelu for
 OpenAI-pretrained towers (or set "quick_gelu": true in --config).
 
-Refuses, with one line on stderr and exit status 2, before writing anything: a missing file, a state dict that is not
-open_clip's (naming what is missing), a tensor whose shape does not fit the architecture, a --config that disagrees
-with the shapes, and tensors it cannot map (open_clip variants transformers' CLIP has no place for: layer scale,
-attentional pooling, patch norm, projection biases...). --ignore PREFIX drops keys deliberately.
+Refuses, with one line on stderr and exit status 2, before writing anything: a missing file, an empty, truncated or
+corrupt .safetensors file, a state dict that is not open_clip's (naming what is missing), a tensor whose shape does
+not fit the architecture, a --config that is not a UTF-8 JSON object or disagrees with the shapes, and tensors it
+cannot map (open_clip variants transformers' CLIP has no place for: layer scale, attentional pooling, patch norm,
+projection biases...). --ignore PREFIX drops keys deliberately. OUT_DIR must be new or empty (with --overwrite: a
+folder a conversion wrote, which is replaced whole); a file, a link or a folder of other files there, or a place that
+cannot be written, is refused before the conversion. The folder is written beside OUT_DIR and renamed into place, so
+a failed conversion leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -62,7 +66,13 @@ def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
-        obj = load_file(path)
+        from recast.io import check_safetensors
+
+        try:
+            check_safetensors(path)  # empty, random or truncated bytes: one line naming the file
+            obj = load_file(path)
+        except Exception as e:  # noqa: BLE001 - safetensors' own errors (SafetensorError) are refusals too
+            raise Refusal(f"{path}: not a readable .safetensors file ({' '.join(str(e).split())[:200]})") from None
     else:
         try:
             obj = torch.load(path, map_location="cpu", weights_only=True)
@@ -169,8 +179,8 @@ def infer_architecture(sd: dict, config: dict | None = None, vision_heads: int |
         text_layers=_layers(sd, "transformer.resblocks."),
         text_mlp=sd["transformer.resblocks.0.mlp.c_fc.weight"].shape[0], embed_dim=embed,
         quick_gelu=False)
-    heads_v = vision_heads or vw // VISION_HEAD_WIDTH.get(vw, 64)
-    heads_t = text_heads or arch["text_width"] // 64
+    heads_v = vision_heads if vision_heads is not None else vw // VISION_HEAD_WIDTH.get(vw, 64)
+    heads_t = text_heads if text_heads is not None else arch["text_width"] // 64
     if config is not None:
         vc, tc = config.get("vision_cfg", {}), config.get("text_cfg", {})
         unsupported = [f"vision_cfg.{k}" for k in ("timm_model_name", "attentional_pool", "global_average_pool",
@@ -195,9 +205,9 @@ def infer_architecture(sd: dict, config: dict | None = None, vision_heads: int |
                if want is not None and want != got]
         if bad:
             raise Refusal(f"--config disagrees with the checkpoint: {'; '.join(bad)}")
-        if not vision_heads:
+        if vision_heads is None:
             heads_v = vw // vc.get("head_width", 64)
-        if not text_heads and tc.get("heads"):
+        if text_heads is None and tc.get("heads"):
             heads_t = tc["heads"]
         arch["quick_gelu"] = bool(config.get("quick_gelu", False))
     for name, width, heads in (("vision", vw, heads_v), ("text", arch["text_width"], heads_t)):
@@ -310,6 +320,79 @@ def build_config(arch: dict, logit_scale_init_value: float = 2.6592, **token_ids
         projection_dim=arch["embed_dim"], logit_scale_init_value=logit_scale_init_value)
 
 
+def read_config(path: str) -> dict:
+    """An open_clip model config: a UTF-8 JSON object, unwrapped from a "model_cfg" entry (pretrained-config files
+    nest it), whose vision_cfg and text_cfg are objects."""
+    p = Path(path)
+    if not p.is_file():
+        raise Refusal(f"--config {path}: no such file")
+    try:
+        config = json.loads(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise Refusal(f"--config {path}: not a UTF-8 text file ({e.reason} at byte {e.start})") from None
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise Refusal(f"--config {path}: not JSON ({e})") from None
+    config = config.get("model_cfg", config) if isinstance(config, dict) else config
+    if not isinstance(config, dict):
+        raise Refusal(f"--config {path}: expected a JSON object (an open_clip model config), got a "
+                      f"{type(config).__name__}")
+    for key in ("vision_cfg", "text_cfg"):
+        if not isinstance(config.get(key, {}), dict):
+            raise Refusal(f"--config {path}: {key} must be an object, got {type(config[key]).__name__}")
+    return config
+
+
+# what a conversion writes into OUT_DIR: a folder holding only these may be replaced with --overwrite
+OUTPUT_FILES = {"config.json", WEIGHTS, "preprocessor_config.json", "processor_config.json", "tokenizer.json",
+                "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "vocab.txt", "merges.txt",
+                "added_tokens.json", "imagereward_mlp.safetensors", "chat_template.json", "chat_template.jinja"}
+
+
+def check_out(out: Path, overwrite: bool) -> None:
+    """Refuse, before any conversion, an OUT_DIR the result cannot go to: a file, a link, a folder holding files no
+    conversion writes (or a model, without --overwrite), or a place that cannot be written."""
+    if out.is_symlink():
+        raise Refusal(f"{out} is a symbolic link; the converted model is never written through one: choose a new "
+                      "folder")
+    if out.exists() and not out.is_dir():
+        raise Refusal(f"{out} is a file, not a folder; choose a new or empty folder")
+    if out.is_dir():
+        names = sorted(p.name for p in out.iterdir())
+        others = [n for n in names if n not in OUTPUT_FILES]
+        if others:
+            raise Refusal(f"{out} holds files a conversion does not write ({', '.join(others[:3])}"
+                          f"{', ...' if len(others) > 3 else ''}); choose a new or empty folder")
+        if names and not overwrite:
+            raise Refusal(f"{out} already holds a model (pass --overwrite to replace it)")
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:  # the result is written beside OUT_DIR and renamed into place: that folder must take a new entry
+        import tempfile
+
+        Path(tempfile.mkdtemp(prefix=f".{out.name}-probe-", dir=parent)).rmdir()
+    except OSError as e:
+        raise Refusal(f"{out}: cannot write in {parent} ({e.strerror or e})") from None
+
+
+def write_out(out: Path, write: Callable[[Path], None]) -> None:
+    """`write(folder)` into a fresh folder beside `out`, renamed into place (`recast.io.atomic_dir`)."""
+    from recast.io import atomic_dir
+
+    atomic_dir(out, write)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (a head count of 0 is refused, not read as "not given")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
 def fail(prog: str, e: Exception) -> int:
     print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
     return 2
@@ -317,22 +400,12 @@ def fail(prog: str, e: Exception) -> int:
 
 def convert(args) -> None:
     src, out = Path(args.src), Path(args.out)
-    config = None
-    if args.config is not None:
-        if not Path(args.config).is_file():
-            raise Refusal(f"--config {args.config}: no such file")
-        try:
-            config = json.loads(Path(args.config).read_text())
-        except json.JSONDecodeError as e:
-            raise Refusal(f"--config {args.config}: not JSON ({e})") from None
-        config = config.get("model_cfg", config)  # open_clip's pretrained-config files nest it
+    config = read_config(args.config) if args.config is not None else None
     if not src.is_file():
         raise Refusal(f"{src}: no such file")
     if args.processor_from is None:
         load_tokenizer(None, "a CLIP tokenizer (e.g. laion/CLIP-ViT-H-14-laion2B-s32B-b79K's tokenizer files)")
-    if (out / "config.json").exists() or (out / WEIGHTS).exists():
-        if not args.overwrite:
-            raise Refusal(f"{out} already holds a model (pass --overwrite to replace it)")
+    check_out(out, args.overwrite)
     sd = load_state_dict(src)
     ignored = sorted(k for k in sd if any(k.startswith(p) for p in args.ignore))
     sd = {k: v for k, v in sd.items() if k not in ignored}
@@ -364,9 +437,13 @@ def convert(args) -> None:
                                          resample=3, do_center_crop=True, do_resize=True, do_rescale=True,
                                          do_normalize=True, image_mean=list(OPENAI_MEAN), image_std=list(OPENAI_STD),
                                          do_convert_rgb=True)
-    out.mkdir(parents=True, exist_ok=True)
-    save_weights(out, clip_config, mapped, DTYPES[args.dtype])
-    CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(out)
+    processor = CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer)
+
+    def write(folder: Path) -> None:
+        save_weights(folder, clip_config, mapped, DTYPES[args.dtype])
+        processor.save_pretrained(folder)
+
+    write_out(out, write)
     print(f"vision: width {arch['vision_width']}, {arch['vision_layers']} layers, {arch['vision_heads']} heads, "
           f"patch {arch['patch_size']}, image {size}; text: width {arch['text_width']}, {arch['text_layers']} layers, "
           f"{arch['text_heads']} heads, context {arch['context_length']}, vocab {arch['vocab_size']}; "
@@ -383,13 +460,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", help="output folder (e.g. reward_ckpts/hpsv2)")
     p.add_argument("--processor-from", metavar="DIR", help="folder with CLIP tokenizer files (required)")
     p.add_argument("--config", metavar="JSON", help="open_clip model config (e.g. ViT-H-14.json): head widths")
-    p.add_argument("--vision-heads", type=int, help="attention heads of the vision tower (overrides --config)")
-    p.add_argument("--text-heads", type=int, help="attention heads of the text tower (overrides --config)")
+    p.add_argument("--vision-heads", type=positive_int, help="attention heads of the vision tower (overrides --config)")
+    p.add_argument("--text-heads", type=positive_int, help="attention heads of the text tower (overrides --config)")
     p.add_argument("--quick-gelu", action="store_true", help="QuickGELU activations (OpenAI-pretrained towers)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="dtype of the saved weights")
     p.add_argument("--ignore", action="append", default=[], metavar="PREFIX",
                    help="drop source keys starting with PREFIX (repeatable)")
-    p.add_argument("--overwrite", action="store_true", help="replace a model already in OUT_DIR")
+    p.add_argument("--overwrite", action="store_true", help="replace a model a conversion wrote in OUT_DIR")
     return p
 
 
@@ -399,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
         convert(args)
     except Refusal as e:
         return fail("convert_hpsv2", e)
+    except OSError as e:  # a disk that fills, a folder that vanishes mid-write: one line, nothing left half-written
+        return fail("convert_hpsv2", Refusal(f"cannot write {args.out}: {e.strerror or e}"))
     return 0
 
 

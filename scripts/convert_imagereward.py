@@ -26,9 +26,11 @@ match ImageReward's own transform (bicubic resize of the short side to the ViT's
 mean and std); the tokenizer comes from --processor-from, a folder with BLIP's BERT tokenizer (bert-base-uncased
 vocabulary, e.g. the tokenizer files of Salesforce/blip-itm-large-coco).
 
-Refuses, with one line on stderr and exit status 2, before writing anything: a missing file, a state dict that is not
-ImageReward's (naming what is missing), a tensor whose shape does not fit, and keys it cannot map (named; --ignore
-PREFIX drops keys deliberately). Shares the checkpoint plumbing of scripts/convert_hpsv2.py.
+Refuses, with one line on stderr and exit status 2, before writing anything: a missing file, an empty, truncated or
+corrupt .safetensors file, a state dict that is not ImageReward's (naming what is missing), a tensor whose shape does
+not fit, keys it cannot map (named; --ignore PREFIX drops keys deliberately), and an OUT_DIR that is a file, a link, a
+folder of other files (or of a model, without --overwrite) or cannot be written. Shares the checkpoint plumbing and
+the all-or-nothing folder write of scripts/convert_hpsv2.py.
 """
 
 from __future__ import annotations
@@ -40,9 +42,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from convert_hpsv2 import (DTYPES, OPENAI_MEAN, OPENAI_STD, WEIGHTS, Plan, Refusal, _layers,  # noqa: E402
-                           _listing, _same, _shape, apply_plan, check_against_model, fail, load_state_dict,
-                           load_tokenizer, save_weights)
+from convert_hpsv2 import (DTYPES, OPENAI_MEAN, OPENAI_STD, Plan, Refusal, _layers,  # noqa: E402
+                           _listing, _same, _shape, apply_plan, check_against_model, check_out, fail,
+                           load_state_dict, load_tokenizer, positive_int, save_weights, write_out)
 
 HEAD_FILE = "imagereward_mlp.safetensors"
 VIT, BERT = "blip.visual_encoder", "blip.text_encoder"
@@ -73,8 +75,8 @@ def infer_architecture(sd: dict, vision_heads: int | None = None, text_heads: in
                 text_mlp=sd[f"{BERT}.encoder.layer.0.intermediate.dense.weight"].shape[0],
                 embed_dim=next((sd[f"blip.{h}.weight"].shape[0] for h in ("vision_proj", "text_proj")
                                 if f"blip.{h}.weight" in sd), 256))
-    arch["vision_heads"] = vision_heads or arch["vision_width"] // 64
-    arch["text_heads"] = text_heads or arch["text_width"] // 64
+    arch["vision_heads"] = vision_heads if vision_heads is not None else arch["vision_width"] // 64
+    arch["text_heads"] = text_heads if text_heads is not None else arch["text_width"] // 64
     for name in ("vision", "text"):
         width, heads = arch[f"{name}_width"], arch[f"{name}_heads"]
         if heads < 1 or width % heads:
@@ -188,9 +190,7 @@ def convert(args) -> None:
         raise Refusal(f"{src}: no such file")
     if args.processor_from is None:
         load_tokenizer(None, "BLIP's BERT tokenizer (e.g. Salesforce/blip-itm-large-coco's tokenizer files)")
-    if ((out / "config.json").exists() or (out / WEIGHTS).exists() or (out / HEAD_FILE).exists()) \
-            and not args.overwrite:
-        raise Refusal(f"{out} already holds a model (pass --overwrite to replace it)")
+    check_out(out, args.overwrite)
     sd = load_state_dict(src)
     ignored = sorted(k for k in sd if any(k.startswith(p) for p in args.ignore))
     sd = {k: v for k, v in sd.items() if k not in ignored}
@@ -222,11 +222,13 @@ def convert(args) -> None:
                                          do_convert_rgb=True)
     from safetensors.torch import save_file
 
-    out.mkdir(parents=True, exist_ok=True)
-    save_weights(out, config, mapped, DTYPES[args.dtype])
-    save_file({k: v.float().contiguous() for k, v in head.items()}, out / HEAD_FILE, metadata={"format": "pt"})
-    image_processor.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    def write(folder: Path) -> None:
+        save_weights(folder, config, mapped, DTYPES[args.dtype])
+        save_file({k: v.float().contiguous() for k, v in head.items()}, folder / HEAD_FILE, metadata={"format": "pt"})
+        image_processor.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    write_out(out, write)
     print(f"vision: width {V}, {arch['vision_layers']} layers, {arch['vision_heads']} heads, patch "
           f"{arch['patch_size']}, image {size}; text: width {H}, {arch['text_layers']} layers, {arch['text_heads']} "
           f"heads, {arch['max_positions']} positions, vocab {arch['vocab_size']}; projections {E}")
@@ -243,13 +245,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("src", help="ImageReward.pt (or a .safetensors of the same tensors)")
     p.add_argument("out", help="output folder (e.g. reward_ckpts/imagereward)")
     p.add_argument("--processor-from", metavar="DIR", help="folder with BLIP's BERT tokenizer files (required)")
-    p.add_argument("--vision-heads", type=int, help="attention heads of the ViT (default width / 64)")
-    p.add_argument("--text-heads", type=int, help="attention heads of the BERT (default width / 64)")
+    p.add_argument("--vision-heads", type=positive_int, help="attention heads of the ViT (default width / 64)")
+    p.add_argument("--text-heads", type=positive_int, help="attention heads of the BERT (default width / 64)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
                    help="dtype of the BLIP weights (the head stays float32)")
     p.add_argument("--ignore", action="append", default=[], metavar="PREFIX",
                    help="drop source keys starting with PREFIX (repeatable)")
-    p.add_argument("--overwrite", action="store_true", help="replace a model already in OUT_DIR")
+    p.add_argument("--overwrite", action="store_true", help="replace a model a conversion wrote in OUT_DIR")
     return p
 
 
@@ -259,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         convert(args)
     except Refusal as e:
         return fail("convert_imagereward", e)
+    except OSError as e:  # a disk that fills, a folder that vanishes mid-write: one line, nothing left half-written
+        return fail("convert_imagereward", Refusal(f"cannot write {args.out}: {e.strerror or e}"))
     return 0
 
 

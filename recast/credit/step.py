@@ -61,12 +61,18 @@ def min_norm_coefficients(A: torch.Tensor, prior: torch.Tensor, iters: int = 200
     """Per sample, the c on the simplex minimising |Σ_k c_k A_k|, the one nearest ``prior`` where several do.
 
     If every A_k of a sample has one sign, the minimum puts all weight on the reward of smallest |A_k|; with mixed
-    signs the minimum is 0, reached on a face of the simplex, and the point of that face nearest the prior is taken
-    (alternating projections between the simplex and the hyperplane Σ_k c_k A_k = 0).
+    signs the minimum is 0, reached on a face of the simplex, and the point of that face nearest the prior is taken:
+    the projection of the prior onto {c on the simplex, c·a = 0}. By its optimality conditions that projection is
+    c(ν) = Π(prior − ν a) (Π the projection onto the simplex) for the ν where h(ν) = c(ν)·a = 0; h is continuous,
+    non-increasing and piecewise linear (Π is the gradient of a convex function), so ν is bracketed and bisected
+    `iters` times, and the answer is the point of the last bracket's chord where c·a is exactly 0 (on the bracket's
+    linear piece this is c(ν) itself). So c·a = 0 to rounding whatever the draw, rather than to the tolerance an
+    iterative projection happens to reach.
 
     Args:
         A: (K, B) per-reward advantages.
         prior: (K,) a point of the simplex (the budgets).
+        iters: bisection steps on ν (each halves the bracket).
 
     Returns:
         (B, K) float64, rows on the simplex.
@@ -81,17 +87,27 @@ def min_norm_coefficients(A: torch.Tensor, prior: torch.Tensor, iters: int = 200
         c[same] = best
     mixed = ~same
     if mixed.any():
-        x, am = c[mixed], a[mixed]
-        norm2 = (am * am).sum(-1, keepdim=True)
-        p = torch.zeros_like(x)
-        q = torch.zeros_like(x)
-        for _ in range(iters):  # Dykstra: the projection of the prior onto the intersection
-            y = x + p
-            y = y - (y * am).sum(-1, keepdim=True) / norm2 * am
-            p = x + p - y
-            x = _project_simplex(y + q)
-            q = y + q - x
-        c[mixed] = x
+        p, am = c[mixed], a[mixed]
+
+        def at(nu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            x = _project_simplex(p - nu[:, None] * am)
+            return x, (x * am).sum(-1)
+
+        # h(ν) → max a > 0 as ν → −∞ and → min a < 0 as ν → +∞: widen a bracket [lo, hi] with h(lo) ≥ 0 ≥ h(hi)
+        lo, hi = -torch.ones(len(p), dtype=torch.float64), torch.ones(len(p), dtype=torch.float64)
+        for _ in range(2100):  # float64 overflows long before: the loop always ends on a bracket
+            low_bad, high_bad = at(lo)[1] < 0, at(hi)[1] > 0
+            if not (low_bad.any() or high_bad.any()):
+                break
+            lo, hi = torch.where(low_bad, 2 * lo, lo), torch.where(high_bad, 2 * hi, hi)
+        for _ in range(iters):
+            mid = 0.5 * (lo + hi)
+            up = at(mid)[1] >= 0
+            lo, hi = torch.where(up, mid, lo), torch.where(up, hi, mid)
+        (x_lo, h_lo), (x_hi, h_hi) = at(lo), at(hi)
+        drop = h_lo - h_hi
+        t = torch.where(drop > 0, h_lo / torch.where(drop > 0, drop, 1.0), 0.0).clamp(0.0, 1.0)
+        c[mixed] = x_lo + t[:, None] * (x_hi - x_lo)
     return c
 
 

@@ -134,7 +134,7 @@ def run_demo(
         `DemoResult`.
     """
     from recast.config import METHODS, preset
-    from recast.io import write_csv, write_json
+    from recast.io import check_target, write_csv, write_json
 
     _check_options(methods, seeds, workers, METHODS)
     if figure_name is not None and (not figure_name or Path(figure_name).name != figure_name or figure_name in (".", "..")):
@@ -150,6 +150,15 @@ def run_demo(
     cfg = preset(preset_name, **overrides)
     if cfg.eval_every <= 0:
         overrides["eval_every"] = cfg.iterations  # the summary needs the base model's scores (iteration 0)
+    # every file the demo writes at the end is checked before any compute: a link or a file in the way fails now
+    targets = [out / name for name in ("results.json", "results.csv", "paired.csv")]
+    if figure_name:
+        from recast.plotting import check_figures_dir
+
+        fig_dir = check_figures_dir(None if os.environ.get("RECAST_FIGURES_DIR") else out)
+        targets += [fig_dir / f"{figure_name}{suffix}" for suffix in (".png", ".pdf")]
+    for path in targets:
+        check_target(path)
     for m in methods:  # validate every config before any compute
         for s in seeds:
             spec = validate(preset(preset_name, **overrides, method=m, seed=s), out / m / f"seed_{s}", resume="auto",

@@ -56,28 +56,28 @@ def load_policy(run_dir: str | Path, which: str = "ema", world_settings: dict | 
     one in checkpoint.pt; a run that records none (made before fingerprints existed) is loaded unchecked.
 
     Raises:
-        ValueError: unknown `which`, a run without LoRA asked for "base" (its base weights are not kept), or a base
-            model whose weights differ from the run's (naming the run and both fingerprints).
+        ValueError: unknown `which`, a run without LoRA asked for "base" (its base weights are not kept), a base
+            model whose weights differ from the run's (naming the run and both fingerprints), a config.json that does
+            not type-check, or a checkpoint.pt that is not this run's (`recast.trainer.runfiles.load_trained`).
         FileNotFoundError: no config.json or checkpoint.pt in `run_dir`.
     """
     from recast.config import TrainConfig, resolve_world
-    from recast.io import read_json
     from recast.sampling import sigma_schedule
-    from recast.trainer.checkpoint import load_checkpoint, world_fingerprint
+    from recast.trainer.checkpoint import world_fingerprint
     from recast.trainer.policy import Policy
+    from recast.trainer.runfiles import load_trained
     from recast.world import load_world, world_settings as resolve_settings
 
     if which not in ("ema", "params", "base"):
         raise ValueError(f"which must be 'ema', 'params' or 'base', got {which!r}")
     run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)")
-    raw = read_json(run_dir / "config.json")
+    # config.json type-checked, and checkpoint.pt this run's own (not one copied in from another run)
+    raw, state = load_trained(run_dir, "cannot load")
+    raw = dict(raw)
     marker = raw.pop("_run", None)
     cfg = TrainConfig.from_dict(raw)
     if which == "base" and cfg.lora_rank == 0:
         raise ValueError(f"{run_dir} is a full fine-tuning run: its base weights are not kept; load the world instead")
-    state = load_checkpoint(run_dir)
     spec = resolve_world(cfg.world)
     # as the trainer loaded it; `world_settings` adds evaluation-only settings (e.g. SD3's vlm_judge) over the run's
     settings, _ = resolve_settings(spec, cfg.setting, {**cfg.world_settings, **(world_settings or {})})

@@ -143,7 +143,11 @@ def run(args: argparse.Namespace) -> int:
             return run_proposal(args, spec, names)
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-    except (ValueError, FileNotFoundError, PermissionError) as err:
+        from recast.io import check_target
+
+        for suffix in (".json", ".png", ".pdf"):  # a link or a folder where a file goes: refused before compute
+            check_target(out / f"profile{suffix}")
+    except (ValueError, FileNotFoundError, FileExistsError, PermissionError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except OSError as err:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from recast.experiments.sweep import SweepRun, budget_grid, is_finished, lambda_grid, run_sweep
+from recast.io import atomic_write
 
 __all__ = ["ARMS", "STAGES", "STUDY_DIR", "plan_stage", "collect", "paired_table", "tost", "auc",
            "images_to_reach", "analyse", "report", "figures"]
@@ -525,7 +526,7 @@ def figures(rows: list[dict], tables: dict[str, list[dict]], out_dir) -> list[Pa
         fig.legend(handles=keys, loc="lower center", ncol=3, frameon=False, fontsize=8)
         fig.tight_layout(rect=(0, 0.07, 1, 1))  # room for the legend of the colours below the panels
         paths.append(out_dir / "study_primary.png")
-        fig.savefig(paths[-1], dpi=130)
+        atomic_write(paths[-1], lambda fh, fig=fig: fig.savefig(fh, format="png", dpi=130))
         plt.close(fig)
     A = [r for r in rows if r["stage"] == "A"]
     if A:
@@ -555,7 +556,7 @@ def figures(rows: list[dict], tables: dict[str, list[dict]], out_dir) -> list[Pa
         axes[0, 0].legend(fontsize=7, ncol=2)
         fig.tight_layout()
         paths.append(out_dir / "study_curves.png")
-        fig.savefig(paths[-1], dpi=130)
+        atomic_write(paths[-1], lambda fh, fig=fig: fig.savefig(fh, format="png", dpi=130))
         plt.close(fig)
     return paths
 

@@ -169,13 +169,14 @@ def _planned_config(run: SweepRun):
 def is_finished(run: SweepRun) -> bool:
     """True when the run's last iteration and its final evaluation are on disk, made with the settings its command
     asks for now (a run made with other settings is not this plan's, whatever it holds)."""
-    from recast.io import read_json
     from recast.trainer.checkpoint import RESOLVED_FIELDS, check_resume_config
     from recast.trainer.rundir import is_finished as finished
+    from recast.trainer.runfiles import read_run_config
 
     try:
+        saved = read_run_config(run.out_dir)  # a hand-edited field of the wrong type: not finished (train names it)
         if not getattr(run, "args", None):  # a run directory without a command (a demo's): its own config decides
-            return finished(run.out_dir, int(read_json(run.out_dir / "config.json").get("iterations", -1)))
+            return finished(run.out_dir, saved.get("iterations", -1))
         cfg = _planned_config(run)
         check_resume_config(run.out_dir, cfg.to_dict(), resolved=RESOLVED_FIELDS)
     except (FileNotFoundError, ValueError, OSError, SystemExit):

@@ -63,11 +63,12 @@ def _floats(text: str, flag: str) -> list[float]:
 
 
 def _out_path(out: str, default_name: str, overwrite: bool) -> Path:
+    from recast.io import check_target
+
     p = Path(out)
     if p.suffix != ".npz":
         p = p / default_name
-    if p.is_symlink() or (p.exists() and not p.is_file()):
-        raise ValueError(f"--out {p} is a link or not a regular file; choose another path")
+    check_target(p)  # a link, a folder or a pipe where the archive goes is refused before compute
     if p.exists() and not overwrite:
         raise FileExistsError(f"--out {p} exists; pass --overwrite to replace it")
     p.parent.mkdir(parents=True, exist_ok=True)

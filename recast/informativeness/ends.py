@@ -52,11 +52,10 @@ class RolloutEnds:
 
     def save(self, path: str | Path) -> Path:
         """Write to ``path`` (a torch file; parent folders are created)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"sigmas": self.sigmas, "prompts": list(self.prompts), "clean": self.clean, "ends": self.ends,
-                    "meta": dict(self.meta)}, path)
-        return path
+        from recast.io import save_torch
+
+        return save_torch(path, {"sigmas": self.sigmas, "prompts": list(self.prompts), "clean": self.clean,
+                                 "ends": self.ends, "meta": dict(self.meta)})
 
     @classmethod
     def load(cls, path: str | Path) -> RolloutEnds:

@@ -9,12 +9,11 @@ the base model.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
+
+from recast.io import atomic_dir
 
 __all__ = ["ADAPTERS", "WHICH", "adapter_state", "save_adapter", "write_adapters", "export_adapter"]
 
@@ -47,24 +46,6 @@ def save_adapter(state: dict[str, torch.Tensor], rank: int, alpha: float, out_di
     return Path(out_dir)
 
 
-def _atomic_dir(final: Path, write) -> Path:
-    """Write a folder next to `final` and rename it into place, so a crash never leaves half an adapter."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
-        write(tmp)
-        old = final.with_name(f".{final.name}-old-{os.getpid()}")
-        if final.is_symlink():
-            final.unlink()
-        if final.exists():
-            final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
-
-
 def write_adapters(policy_state: dict, rank: int, alpha: float, run_dir: str | Path) -> dict[str, Path]:
     """Write ``run_dir/adapters/{raw,ema}`` from a `Policy.state_dict()`; nothing for full fine-tuning."""
     if rank <= 0:
@@ -72,32 +53,43 @@ def write_adapters(policy_state: dict, rank: int, alpha: float, run_dir: str | P
     out = {}
     for which, key in WHICH.items():
         state = adapter_state(policy_state["names"], policy_state[key])
-        out[which] = _atomic_dir(Path(run_dir) / ADAPTERS / which, lambda d, s=state: save_adapter(s, rank, alpha, d))
+        out[which] = atomic_dir(Path(run_dir) / ADAPTERS / which, lambda d, s=state: save_adapter(s, rank, alpha, d))
     return out
 
 
 def export_adapter(run_dir: str | Path, out_dir: str | Path, which: str = "ema") -> Path:
     """Write a run's adapter (``which``: "ema" or "raw") to ``out_dir`` from its checkpoint.
 
+    Rank and alpha are the checkpoint's own (the config it was trained with), and config.json must agree with them
+    (`recast.trainer.runfiles.load_trained`): an adapter is never labelled with settings it was not trained with.
+    The folder is written beside ``out_dir`` and renamed into place (`recast.io.atomic_dir`).
+
     Raises:
-        ValueError: an unknown ``which``, or a full fine-tuning run. FileNotFoundError: not a run directory.
-        FileExistsError: ``out_dir`` holds files already.
+        ValueError: an unknown ``which``, a full fine-tuning run, a config.json that is not a run's config or
+            differs from the checkpoint's. FileNotFoundError: not a run directory, or no checkpoint yet.
+        FileExistsError: ``out_dir`` is a file, a link, or a folder that holds files already.
     """
-    from recast.io import read_json
-    from recast.trainer.checkpoint import load_checkpoint
+    from recast.trainer.runfiles import load_trained
 
     if which not in WHICH:
         raise ValueError(f"--which must be one of {sorted(WHICH)}, got {which!r}")
     run_dir, out_dir = Path(run_dir), Path(out_dir)
+    if out_dir.is_symlink():
+        target = "a dangling symbolic link" if not out_dir.exists() else "a symbolic link"
+        raise FileExistsError(f"{out_dir} is {target}; export never writes through a link: choose a new folder")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FileExistsError(f"{out_dir} is a file, not a folder; choose an empty or new folder")
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir} is not empty; choose an empty or new folder")
     if not (run_dir / "config.json").is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)")
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise FileExistsError(f"{out_dir} is not empty; choose an empty or new folder")
-    cfg = read_json(run_dir / "config.json")
-    rank, alpha = int(cfg.get("lora_rank", 0)), float(cfg.get("lora_alpha", 0.0))
+    _, ckpt = load_trained(run_dir, "cannot export")
+    cfg = ckpt.get("config") or {}
+    rank, alpha = cfg.get("lora_rank"), cfg.get("lora_alpha")
+    if not isinstance(rank, int) or isinstance(rank, bool) or not isinstance(alpha, (int, float)):
+        raise ValueError(f"cannot export {run_dir}: its checkpoint records no LoRA rank and alpha")
     if rank <= 0:
         raise ValueError(f"{run_dir} is a full fine-tuning run (lora_rank 0): it has no adapter to export")
-    policy = load_checkpoint(run_dir)["policy"]
+    policy = ckpt["policy"]
     state = adapter_state(policy["names"], policy[WHICH[which]])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return save_adapter(state, rank, alpha, out_dir)
+    return atomic_dir(out_dir, lambda d: save_adapter(state, rank, float(alpha), d))

@@ -22,7 +22,8 @@ import torch
 from recast.io import atomic_write_bytes, read_json, read_jsonl, to_jsonable
 
 __all__ = ["CHECKPOINT", "FORMAT", "LOG_FILES", "RESUMABLE_FIELDS", "CheckpointError", "capture_rng", "restore_rng",
-           "check_plain", "save_checkpoint", "load_checkpoint", "check_resume_config", "upgrade_config", "weights_fingerprint",
+           "check_plain", "save_checkpoint", "load_checkpoint", "check_resume_config", "upgrade_config", "config_diff",
+           "weights_fingerprint",
            "world_fingerprint",
            "capture_logs", "restore_logs", "truncate_jsonl", "non_finite"]
 
@@ -116,8 +117,12 @@ def save_checkpoint(run_dir: str | Path, state: dict) -> Path:
     return atomic_write_bytes(Path(run_dir) / CHECKPOINT, buf.getvalue())
 
 
-def load_checkpoint(run_dir: str | Path) -> dict:
+def load_checkpoint(run_dir: str | Path, *, mmap: bool = False, action: str = "cannot resume") -> dict:
     """Read `<run_dir>/checkpoint.pt` with `weights_only=True` (no code from the file runs).
+
+    Args:
+        mmap: map the tensors instead of reading them (to read the checkpoint's config of a large run cheaply).
+        action: how messages begin ("cannot resume", "cannot export", ...).
 
     Raises:
         FileNotFoundError: there is no checkpoint (with a hint).
@@ -126,20 +131,20 @@ def load_checkpoint(run_dir: str | Path) -> dict:
     """
     path = Path(run_dir) / CHECKPOINT
     if not path.is_file():
-        raise FileNotFoundError(f"cannot resume: no checkpoint at {path} (start without --resume, or point --out at "
+        raise FileNotFoundError(f"{action}: no checkpoint at {path} (start without --resume, or point --out at "
                                 "the run directory that holds checkpoint.pt)")
     if path.stat().st_size == 0:
-        raise CheckpointError(f"cannot resume: {path} is empty (0 bytes); start the run again with --overwrite")
+        raise CheckpointError(f"{action}: {path} is empty (0 bytes); start the run again with --overwrite")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # noqa: BLE001 — unpickling errors come in many types; all mean "not loadable"
         first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"cannot resume: {path} is not a loadable recast checkpoint ({type(err).__name__}: "
+        raise CheckpointError(f"{action}: {path} is not a loadable recast checkpoint ({type(err).__name__}: "
                               f"{first}). It may be truncated or corrupt, or hold code or objects, which are never "
                               "loaded; start the run again with --overwrite") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
-        raise CheckpointError(f"cannot resume: {path} is not a {FORMAT} checkpoint (found {found!r})")
+        raise CheckpointError(f"{action}: {path} is not a {FORMAT} checkpoint (found {found!r})")
     return state
 
 
@@ -164,23 +169,30 @@ def check_resume_config(run_dir: str | Path, cfg_dict: dict, source: str | None 
     saved = read_json(path)
     if not isinstance(saved, dict):
         raise ValueError(f"cannot resume: {path} does not hold a recast config (a JSON object)")
+    detail = config_diff(saved, cfg_dict, source or "now", resolved=resolved)
+    if detail:
+        raise ValueError(f"cannot resume {run_dir}: config differs from the saved config.json ({detail}); "
+                         "resume with the same settings or start a new --out")
+
+
+def config_diff(saved: dict, other: dict, label: str, *, resolved: tuple[str, ...] = ()) -> str:
+    """The fields where `other` differs from a run's saved config.json, as "field: config.json A vs LABEL B, ..."
+    ("" where they agree); the rules of `check_resume_config` (RESUMABLE_FIELDS may differ, LATER_FIELDS default)."""
+    from recast.bounded import short_repr
     from recast.config import TrainConfig
 
-    saved, now = upgrade_config(saved), upgrade_config(to_jsonable(cfg_dict))
+    saved, now = upgrade_config(saved), upgrade_config(to_jsonable(other))
     default = TrainConfig().to_dict()
     later = {k: default[k] for k in LATER_FIELDS}
+
     def same(k, a, b) -> bool:
         return a == b or any(a in group and b in group for group in SAME_VALUES.get(k, ()))
 
     diff = [k for k in sorted(set(saved) | set(now))
             if k not in RESUMABLE_FIELDS and k not in resolved and not k.startswith("_")
             and not same(k, saved.get(k, later.get(k)), now.get(k, later.get(k)))]
-    if diff:
-        label = source or "now"
-        detail = ", ".join(f"{k}: config.json {saved.get(k, later.get(k))!r} vs {label} {now.get(k, later.get(k))!r}"
-                           for k in diff)
-        raise ValueError(f"cannot resume {run_dir}: config differs from the saved config.json ({detail}); "
-                         "resume with the same settings or start a new --out")
+    return ", ".join(f"{k}: config.json {short_repr(saved.get(k, later.get(k)))} vs {label} "
+                     f"{short_repr(now.get(k, later.get(k)))}" for k in diff)
 
 
 def upgrade_config(d: dict) -> dict:

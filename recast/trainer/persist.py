@@ -14,6 +14,7 @@ import recast.trainer.checkpoint as ckpt
 from recast.trainer.adapters import write_adapters
 from recast.trainer.backends import NonFiniteLossError
 from recast.trainer.evaluation import evaluate as evaluate_policy
+from recast.trainer.runfiles import check_checkpoint_config
 from recast.trainer.validate import RUN_MARKER
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class Persistent:
         path = self.out / ckpt.CHECKPOINT
         # The checkpoint's own config must be the run's: a checkpoint copied from another run, or a base model
         # changed between kill and resume, would otherwise continue silently on a different trajectory.
-        ckpt.check_resume_config(self.out, state.get("config") or {}, source=path.name)
+        check_checkpoint_config(self.out, state)
         run_fp = read_json(self.out / "config.json").get(RUN_MARKER, {}).get("world_fingerprint")
         if state.get("world_fingerprint") != self.world_fingerprint or run_fp not in (None, self.world_fingerprint):
             raise ValueError(f"cannot resume {self.out}: the base model's weights differ from those {path} was "

@@ -15,12 +15,14 @@ import errno
 import fcntl
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import torch
 
 from recast.io import read_json, read_jsonl
-from recast.trainer.checkpoint import CHECKPOINT, LOG_FILES, RESOLVED_FIELDS, check_resume_config
+from recast.trainer.checkpoint import (CHECKPOINT, LOG_FILES, RESOLVED_FIELDS, check_resume_config,
+                                      load_checkpoint)
 
 __all__ = ["EXIT_BUSY", "LOCK_FILE", "RUN_FILES", "RUN_MARKER", "RunDirBusyError", "RunLock", "check_out_dir", "is_recast_run",
            "check_run_dir", "is_finished", "unlink_run_files"]
@@ -118,7 +120,7 @@ def check_out_dir(out_dir: str | os.PathLike) -> Path:
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".write-probe-{os.getpid()}"
-        probe.write_bytes(b"")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))  # never via a link
         probe.unlink()
     except OSError as err:
         raise PermissionError(f"out_dir {out} is not writable ({err.strerror}); choose another --out") from None
@@ -138,8 +140,8 @@ def is_recast_run(out_dir: str | os.PathLike) -> bool:
 
 
 def _check_entries(out: Path, overwrite: bool) -> None:
-    """Refuse a symbolic link among the run's files (unless it is to be removed as a link), or a directory where the
-    run keeps a file."""
+    """Refuse a symbolic link among the run's files (unless it is to be removed as a link), a directory where the
+    run keeps a file, or a named pipe, socket or device (reading one would block or never end)."""
     for name in RUN_FILES:
         path = out / name
         if path.is_symlink():
@@ -148,6 +150,10 @@ def _check_entries(out: Path, overwrite: bool) -> None:
         elif name not in _FOLDERS and path.is_dir():
             raise FileExistsError(f"{path} is a directory where the run keeps a file; remove it or choose another "
                                   "--out")
+        elif path.exists() and not path.is_dir() and not path.is_file():
+            kind = "a named pipe (FIFO)" if stat.S_ISFIFO(path.lstat().st_mode) else "not a regular file"
+            raise FileExistsError(f"{path} is {kind} where the run keeps a file; a run reads and writes only regular "
+                                  "files: remove it or choose another --out")
     grids = out / "grids"
     if grids.is_dir() and not grids.is_symlink():
         links = [p.name for p in grids.iterdir() if p.is_symlink()]
@@ -162,8 +168,9 @@ def is_finished(out: Path, iterations: int) -> bool:
         metrics, evals = read_jsonl(out / "metrics.jsonl"), read_jsonl(out / "eval.jsonl")
     except (OSError, ValueError):
         return False
-    return ((out / CHECKPOINT).is_file() and int(cfg.get("iterations", -1)) == iterations and bool(metrics)
-            and metrics[-1].get("iteration") == iterations and bool(evals) and evals[-1].get("iteration") == iterations)
+    return ((out / CHECKPOINT).is_file() and isinstance(cfg, dict) and cfg.get("iterations") == iterations
+            and bool(metrics) and metrics[-1].get("iteration") == iterations and bool(evals)
+            and evals[-1].get("iteration") == iterations)
 
 
 def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=None) -> str:
@@ -202,6 +209,7 @@ def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=N
                 raise ValueError(f"{err}; or pass --overwrite to replace it") from None
             return "finished" if is_finished(out, cfg.iterations) else "resume"
         if has_run:  # killed before its first checkpoint: nothing to continue, and its files are this run's
+            _check_not_lost(out, cfg, overwrite)
             try:
                 check_resume_config(out, cfg.to_dict(), resolved=RESOLVED_FIELDS if spec is not None else ())
                 return "fresh"
@@ -215,6 +223,7 @@ def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=N
         return "resume"
     present = [f for f in RUN_FILES if (out / f).exists() or (out / f).is_symlink()]
     if present and not overwrite and is_recast_run(out) and not (out / CHECKPOINT).is_file():
+        _check_not_lost(out, cfg, overwrite)
         try:  # a start that failed before its first checkpoint: the same command simply starts again
             check_resume_config(out, cfg.to_dict(), resolved=RESOLVED_FIELDS if spec is not None else ())
             return "fresh"
@@ -226,14 +235,50 @@ def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=N
                                   "overwrite=True (--overwrite) to start over")
         raise FileExistsError(f"{out} holds {', '.join(present)} but is not a recast run directory; refusing to "
                               "overwrite another tool's files: choose another --out (or pass --overwrite)")
+    others = _other_files(out)
+    if others and not overwrite:
+        raise FileExistsError(f"{out} holds files that are not a run's ({', '.join(others[:3])}"
+                              f"{', ...' if len(others) > 3 else ''}); a run starts in an empty folder or its own: "
+                              "choose another --out (or pass --overwrite to start among them; they are kept)")
     return "fresh"
 
 
+def _other_files(out: Path) -> list[str]:
+    """Names in `out` that no run writes: not a run file, the lock, a write probe or an interrupted write's temp."""
+    own = set(RUN_FILES) | {LOCK_FILE}
+    return sorted(p.name for p in out.iterdir() if p.name not in own and not p.name.startswith(".write-probe-")
+                  and not (p.name.startswith(".") and p.name.endswith(".tmp")))
+
+
+def _check_not_lost(out: Path, cfg, overwrite: bool) -> None:
+    """A run without its checkpoint that did checkpoint once (its adapters are written with every checkpoint, its
+    final evaluation after the last): its checkpoint was deleted, and starting again would retrain it from scratch
+    over its logs and adapters. Refused unless --overwrite."""
+    if overwrite:
+        return
+    adapters = out / "adapters"
+    try:
+        finished = any(r.get("iteration") == cfg.iterations for r in read_jsonl(out / "eval.jsonl"))
+    except OSError:  # no log, or not a regular file (refused by _check_entries)
+        finished = False
+    if (adapters.is_dir() and any(adapters.iterdir())) or finished:
+        what = "adapters and final evaluation" if finished else "adapters"
+        raise FileExistsError(f"{out} holds a run that wrote a checkpoint (its {what} are there) but {CHECKPOINT} "
+                              "is missing: it cannot continue, and starting again would "
+                              "retrain it from scratch over its logs and adapters; restore checkpoint.pt, choose "
+                              "another --out, or pass --overwrite to retrain it")
+
+
 def _check_resume(out: Path, cfg, spec) -> None:
+    from recast.trainer.runfiles import check_checkpoint_config, read_run_config
+
     if not (out / CHECKPOINT).is_file():
         raise FileNotFoundError(f"cannot resume: no checkpoint at {out / CHECKPOINT}")
+    saved = read_run_config(out)  # names config.json and a field of the wrong type (a hand edit)
     check_resume_config(out, cfg.to_dict(), resolved=RESOLVED_FIELDS if spec is not None else ())
     _need(is_recast_run(out), f"cannot resume: {out / 'config.json'} is not a recast run's config")
+    # the checkpoint must be this run's (not one copied in from another run); its tensors are mapped, not read
+    check_checkpoint_config(out, load_checkpoint(out, mmap=True), saved)
     if spec is not None:
         _check_resolved(out, cfg, spec)
 

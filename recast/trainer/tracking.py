@@ -8,11 +8,13 @@ tensorboard's ``add_image`` and ``wandb.Image``.
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 
 import numpy as np
 import torch
 
+from recast.bounded import short_repr
 from recast.extras import pip_hint
 
 __all__ = ["TRACKERS", "check_trackers", "log_evaluation"]
@@ -25,14 +27,19 @@ def check_trackers(log_with) -> None:
     """Refuse an unknown tracker, or one whose package is not installed, naming the extra that installs it.
 
     Raises:
-        ValueError: naming the tracker.
+        ValueError: naming the tracker (also one named twice: each tracker logs once).
     """
+    dup = sorted(n for n, count in collections.Counter(log_with).items() if count > 1)
+    if dup:
+        raise ValueError(f"config field log_with: {short_repr(dup)} named more than once ({len(log_with)} entries); "
+                         "name each tracker once")
     for name in log_with:
         if name not in TRACKERS:
-            raise ValueError(f"config field log_with: unknown tracker {name!r}; choose from {sorted(TRACKERS)}")
+            raise ValueError(f"config field log_with: unknown tracker {short_repr(name)}; choose from "
+                             f"{sorted(TRACKERS)}")
         module, extra = TRACKERS[name]
         if importlib.util.find_spec(module) is None:
-            raise ValueError(f"config field log_with: {name!r} is not installed here; {pip_hint(extra)} "
+            raise ValueError(f"config field log_with: {short_repr(name)} is not installed here; {pip_hint(extra)} "
                              f"(or drop it from log_with)")
     if log_with and importlib.util.find_spec("matplotlib") is None:
         raise ValueError(f"config field log_with: the W heatmaps the trackers receive need matplotlib; "

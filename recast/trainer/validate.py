@@ -19,6 +19,7 @@ from recast.credit.methods import MethodSpec, resolve_method
 from recast.io import check_safetensors, read_json
 from recast.solver import ConvergenceError, min_temperature
 from recast.advantages import normalise_budgets, validate_W
+from recast.trainer.bounds import check_bounds
 from recast.trainer.rundir import RUN_FILES, RUN_MARKER, check_out_dir, check_run_dir, is_recast_run
 from recast.trainer.speed import SDPA_BACKENDS, check_switches
 from recast.trainer.tracking import check_trackers
@@ -127,6 +128,7 @@ def validate_config(cfg: TrainConfig) -> RunSpec:
           f"unknown mixed_precision {cfg.mixed_precision!r}; choose one of {MIXED_PRECISION}")
     for name, ok in _ranges(cfg):
         _need(ok, f"config out of range: need {name}")
+    check_bounds(cfg)  # absurd values the ranges let through, named before they fail mid-run (trainer/bounds.py)
     world = resolve_world(cfg.world)
     info = world_info(world)  # read once: the reward names and the setting's default budgets both come from it
     names = resolve_rewards(cfg, world, info=info)

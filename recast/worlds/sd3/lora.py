@@ -140,13 +140,15 @@ def decay_old(transformer, decay: float, *, trained: str = TRAINED, old: str = O
 
 
 def save_lora(transformer, path: str | Path, adapter: str = TRAINED) -> Path:
-    """Write one adapter as `path/pytorch_lora_weights.safetensors`, readable by `pipe.load_lora_weights(path)`."""
+    """Write one adapter as `path/pytorch_lora_weights.safetensors`, readable by `pipe.load_lora_weights(path)`; the
+    folder is written beside `path` and renamed into place (`recast.io.atomic_dir`), replacing what it held."""
     from diffusers import StableDiffusion3Pipeline
     from peft.utils import get_peft_model_state_dict
+
+    from recast.io import atomic_dir
 
     state = get_peft_model_state_dict(transformer, adapter_name=adapter)
     state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state.items()}
     meta = transformer.peft_config[adapter].to_dict()
-    StableDiffusion3Pipeline.save_lora_weights(path, transformer_lora_layers=state,
-                                               transformer_lora_adapter_metadata=meta)
-    return Path(path)
+    return atomic_dir(Path(path), lambda d: StableDiffusion3Pipeline.save_lora_weights(
+        str(d), transformer_lora_layers=state, transformer_lora_adapter_metadata=meta))

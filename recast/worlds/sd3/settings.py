@@ -16,12 +16,14 @@ OpenAI-compatible endpoint or local weights; notebook 06).
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from recast.bounded import short_repr
 from recast.config import DATA_ROOT
 
 __all__ = ["DTYPES", "SD3Settings", "SETTING_DEFAULTS", "TINY_DEFAULTS", "resolve_settings", "resolve_tiny_settings"]
@@ -50,13 +52,15 @@ class SD3Settings:
     reward_root: str = "reward_ckpts"  # folder holding one subfolder per reward model (docs/paper-scale.md)
     judges: tuple[str, ...] = ()  # held-out rewards reported by `evaluate` (never trained on)
     vlm_judge: dict = field(default_factory=dict)  # pairwise VLM judge: {"endpoint": URL, "model": NAME,
-    #                                                "api_key_env": VAR} or {"weights": DIR}; {} = none
+    #                                                "api_key_env": VAR} or {"weights": DIR}; {} = none; optional
+    #                                                timeout and retries (per request), deadline (s, whole judging)
+    #                                                and max_failures (consecutive failed pairs, default 3)
     decode_batch: int = 8  # images per VAE decode pass (a 512 px fp32 decode of many images at once is GBs)
 
     def __post_init__(self):
         for name in ("dtype", "vae_dtype"):
             if getattr(self, name) not in DTYPES:
-                raise ValueError(f"SD3Settings.{name}={getattr(self, name)!r}; valid: {', '.join(DTYPES)}")
+                raise ValueError(f"SD3Settings.{name}={short_repr(getattr(self, name))}; valid: {', '.join(DTYPES)}")
         if self.resolution <= 0 or self.num_steps < 1 or self.guidance_scale < 1.0 or self.decode_batch < 1:
             raise ValueError(f"SD3Settings needs resolution > 0, num_steps >= 1, guidance_scale >= 1, "
                              f"decode_batch >= 1; got {self.resolution=}, {self.num_steps=}, "
@@ -94,7 +98,7 @@ def _typed(name: str, hint, value):
         ok = isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value)
         value = tuple(value) if ok else value
     if not ok:
-        raise ValueError(f"{where}: expected {getattr(hint, '__name__', str(hint))}, got {value!r}")
+        raise ValueError(f"{where}: expected {getattr(hint, '__name__', str(hint))}, got {short_repr(value)}")
     return value
 
 
@@ -103,23 +107,86 @@ def _prompt_file(split: str, path: str) -> str:
     for candidate in (p, DATA_PROMPTS / p):
         if candidate.is_file():
             return str(candidate)
-    raise FileNotFoundError(f"config field world_settings.prompt_files.{split}: no prompt file {path!r} (looked in "
-                            f"the working directory and {DATA_PROMPTS})")
+    raise FileNotFoundError(f"config field world_settings.prompt_files.{split}: no prompt file {short_repr(path)} "
+                            f"(looked in the working directory and {DATA_PROMPTS})")
+
+
+# vlm_judge key -> (what it must be, the check); every value is checked before the settings are copied or used, so a
+# nested or huge value (a YAML alias bomb) is refused in one bounded line rather than expanded
+_VLM_KEYS = {
+    "endpoint": ("an http:// or https:// URL", lambda v: isinstance(v, str) and v.startswith(("http://", "https://"))),
+    "model": ("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip())),
+    "api_key_env": ("the name of an environment variable", lambda v: isinstance(v, str) and bool(v.strip())),
+    "weights": ("a folder path", lambda v: isinstance(v, str) and bool(v.strip())),
+    "timeout": ("a number of seconds > 0", lambda v: _positive(v)),
+    "retries": ("an integer >= 0", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+    "deadline": ("a number of seconds > 0 for the whole judging", lambda v: _positive(v)),
+    "max_failures": ("an integer >= 1 (consecutive failed pairs before the judge stops)",
+                     lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+}
+
+
+def _positive(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
 def _check_vlm(cfg: dict) -> None:
-    known = {"endpoint", "model", "api_key_env", "weights", "timeout", "retries"}
+    known = set(_VLM_KEYS)
     unknown = sorted(set(cfg) - known)
     if unknown:
-        raise ValueError(f"config field world_settings.vlm_judge: unknown keys {unknown}; valid: {sorted(known)}")
+        raise ValueError(f"config field world_settings.vlm_judge: unknown keys {short_repr(unknown)}; valid: "
+                         f"{sorted(known)}")
+    for key, value in cfg.items():
+        what, ok = _VLM_KEYS[key]
+        if not ok(value):
+            raise ValueError(f"config field world_settings.vlm_judge.{key}: expected {what}, got {short_repr(value)}")
     if cfg and not (("endpoint" in cfg and "model" in cfg) or "weights" in cfg):
         raise ValueError("config field world_settings.vlm_judge: give endpoint and model (an OpenAI-compatible "
                          "server) or weights (a local model folder)")
     if "weights" in cfg and not Path(cfg["weights"]).is_dir():
-        raise FileNotFoundError(f"config field world_settings.vlm_judge.weights: no folder {cfg['weights']!r}")
+        raise FileNotFoundError(f"config field world_settings.vlm_judge.weights: no folder "
+                                f"{short_repr(cfg['weights'])}")
 
 
-def _resolve(base: dict, setting: str, overrides: dict) -> tuple[SD3Settings, dict]:
+# (VAE downsampling, transformer patch, the transformer's largest token grid side) of SD3 pipelines, and of the tiny one
+SD3_GEOMETRY, TINY_GEOMETRY = (8, 2, None), (2, 2, 16)
+MAX_RESOLUTION = 4096  # where the pipeline's own token grid bound is unknown (a hub id not on disk)
+MAX_SEQUENCE_LENGTH = 512  # T5 tokens: diffusers' SD3 pipeline refuses more
+
+
+def _geometry(arg) -> tuple[int, int, int | None]:
+    """`SD3_GEOMETRY` read from a local pipeline folder's vae/ and transformer/ config.json (no weights), or the
+    defaults where they cannot be read."""
+    from recast.io import read_json
+
+    folder = Path(str(arg)) if arg else None
+    try:
+        vae = read_json(folder / "vae" / "config.json")
+        tr = read_json(folder / "transformer" / "config.json")
+        return 2 ** (len(vae["block_out_channels"]) - 1), int(tr["patch_size"]), tr.get("pos_embed_max_size")
+    except (TypeError, OSError, ValueError, KeyError):
+        return SD3_GEOMETRY
+
+
+def _check_sizes(values: dict, geometry: tuple[int, int, int | None]) -> None:
+    """resolution a multiple of VAE factor x patch (else the latents silently round down) within the transformer's
+    token grid, and max_sequence_length within T5's, before any model loads."""
+    factor, patch, grid = geometry
+    step = factor * patch
+    top = grid * step if isinstance(grid, int) and grid > 0 else MAX_RESOLUTION
+    res = values.get("resolution", 512)
+    if isinstance(res, int) and not (step <= res <= top and res % step == 0):
+        raise ValueError(f"config field world_settings.resolution: {res} must be a multiple of {step} (VAE factor "
+                         f"{factor} x patch {patch}) from {step} to {top} (this pipeline's largest), e.g. "
+                         f"{min(top, max(step, res // step * step))}")
+    n = values.get("max_sequence_length", 256)
+    if isinstance(n, int) and not 1 <= n <= MAX_SEQUENCE_LENGTH:
+        raise ValueError(f"config field world_settings.max_sequence_length: {n} must be from 1 to "
+                         f"{MAX_SEQUENCE_LENGTH} (T5 tokens per prompt)")
+
+
+def _resolve(base: dict, setting: str, overrides: dict,
+             geometry: tuple[int, int, int | None] = SD3_GEOMETRY) -> tuple[SD3Settings, dict]:
     import recast.worlds.sd3.rewards as rewards
 
     hints = typing.get_type_hints(SD3Settings)
@@ -132,6 +199,10 @@ def _resolve(base: dict, setting: str, overrides: dict) -> tuple[SD3Settings, di
         hint = hints[name]
         value = _typed(name, hint if hint in (bool, int, float, str, dict) else tuple, value)
         values[name] = {**values.get(name, {}), **value} if name == "prompt_files" else value
+    _check_sizes(values, geometry)
+    bad = {k: v for k, v in values["prompt_files"].items() if not isinstance(v, str)}
+    if bad:
+        raise ValueError(f"config field world_settings.prompt_files: each split names a file, got {short_repr(bad)}")
     values["prompt_files"] = {split: _prompt_file(split, path) for split, path in values["prompt_files"].items()}
     missing = [s for s in ("train", "test") if s not in values["prompt_files"]]
     if missing:
@@ -151,7 +222,7 @@ def _resolve(base: dict, setting: str, overrides: dict) -> tuple[SD3Settings, di
 def resolve_settings(arg, setting: str, overrides: dict, rewards=()) -> tuple[SD3Settings, dict]:
     """`SD3Settings` for "sd3:PATH" and a reward setting: SD3.5-Medium's defaults, the setting's prompts and
     judges, then a run's ``world_settings``. Raises ValueError / FileNotFoundError naming the setting at fault."""
-    settings, plain = _resolve({}, setting, overrides)
+    settings, plain = _resolve({}, setting, overrides, _geometry(arg))
     _check_installed(settings, rewards)
     return settings, plain
 
@@ -159,7 +230,7 @@ def resolve_settings(arg, setting: str, overrides: dict, rewards=()) -> tuple[SD
 def resolve_tiny_settings(arg, setting: str, overrides: dict, rewards=()) -> tuple[SD3Settings, dict]:
     """As `resolve_settings` for "sd3-tiny": the tiny pipeline's sizes and model-free judges."""
     base = dict(TINY_DEFAULTS)
-    settings, plain = _resolve(base, setting, {"judges": TINY_JUDGES, **overrides})
+    settings, plain = _resolve(base, setting, {"judges": TINY_JUDGES, **overrides}, TINY_GEOMETRY)
     _check_installed(settings, rewards)
     return settings, plain
 

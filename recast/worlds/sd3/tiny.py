@@ -85,10 +85,12 @@ def build_tiny_pipeline(seed: int = 0):
 
 
 def save_tiny_pipeline(path: str | Path, seed: int = 0) -> Path:
-    """Build the tiny pipeline and `save_pretrained` it to `path` (a diffusers folder with model_index.json)."""
-    path = Path(path)
-    build_tiny_pipeline(seed).save_pretrained(path)
-    return path
+    """Build the tiny pipeline and `save_pretrained` it to `path` (a diffusers folder with model_index.json), written
+    beside it and renamed into place (`recast.io.atomic_dir`: never half a folder, never through a link)."""
+    from recast.io import atomic_dir
+
+    pipe = build_tiny_pipeline(seed)
+    return atomic_dir(Path(path), pipe.save_pretrained)
 
 
 def tiny_sd3_world(arg: str | None = None, *, seed: int = 0, **kwargs):
@@ -104,11 +106,11 @@ def save_tiny_rewards(root: str | Path, seed: int = 0) -> Path:
     """Tiny random reward models for every model-based SD3 reward (pickscore, clipscore, hpsv2, aesthetic,
     imagereward, geneval), saved under `root` as the real ones are (docs/paper-scale.md), offline: so a paper-scale
     command runs end to end on CPU with the tiny pipeline (a smoke test, not a measurement). ocr needs no weights."""
-    from safetensors.torch import save_file
     from transformers import (BlipConfig, BlipForImageTextRetrieval, BlipImageProcessor, CLIPConfig,
                               CLIPImageProcessor, CLIPModel, CLIPProcessor, OwlViTConfig, OwlViTForObjectDetection,
                               OwlViTImageProcessor, OwlViTProcessor)
 
+    from recast.io import atomic_dir, save_safetensors
     from recast.worlds.sd3.rewards.clip import AestheticMLP
 
     root, tok = Path(root), clip_tokenizer()
@@ -122,20 +124,34 @@ def save_tiny_rewards(root: str | Path, seed: int = 0) -> Path:
         clip = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=8))
         proc = CLIPProcessor(image_processor=CLIPImageProcessor(size={"shortest_edge": 32},
                                                                 crop_size={"height": 32, "width": 32}), tokenizer=tok)
+        # each reward's folder is written beside it and renamed into place (recast.io.atomic_dir); the models are made
+        # in the order they always were, so the seeded weights are the same
+        def write_clip(d, name):
+            clip.save_pretrained(d)
+            proc.save_pretrained(d)
+            if name == "aesthetic":
+                save_safetensors(d / "aesthetic_mlp.safetensors", AestheticMLP(8).state_dict())
+
         for name in ("pickscore", "clipscore", "hpsv2", "aesthetic"):
-            clip.save_pretrained(root / name)
-            proc.save_pretrained(root / name)
-        save_file(AestheticMLP(8).state_dict(), root / "aesthetic" / "aesthetic_mlp.safetensors")
+            atomic_dir(root / name, lambda d, name=name: write_clip(d, name))
         blip = BlipForImageTextRetrieval(BlipConfig(
             text_config={**text, "max_position_embeddings": 40, "encoder_hidden_size": 16}, vision_config=vision,
             projection_dim=8, image_text_hidden_size=8))
-        blip.save_pretrained(root / "imagereward")
-        BlipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(root / "imagereward")
-        tok.save_pretrained(root / "imagereward")
-        save_file(AestheticMLP(16).state_dict(), root / "imagereward" / "imagereward_mlp.safetensors")
+
+        def write_imagereward(d):
+            blip.save_pretrained(d)
+            BlipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(d)
+            tok.save_pretrained(d)
+            save_safetensors(d / "imagereward_mlp.safetensors", AestheticMLP(16).state_dict())
+
+        atomic_dir(root / "imagereward", write_imagereward)
         owl = OwlViTForObjectDetection(OwlViTConfig(text_config=text, vision_config=vision, projection_dim=16))
-        owl.save_pretrained(root / "geneval")
-        OwlViTProcessor(image_processor=OwlViTImageProcessor(size={"height": 32, "width": 32},
-                                                             crop_size={"height": 32, "width": 32}),
-                        tokenizer=tok).save_pretrained(root / "geneval")
+
+        def write_geneval(d):
+            owl.save_pretrained(d)
+            OwlViTProcessor(image_processor=OwlViTImageProcessor(size={"height": 32, "width": 32},
+                                                                 crop_size={"height": 32, "width": 32}),
+                            tokenizer=tok).save_pretrained(d)
+
+        atomic_dir(root / "geneval", write_geneval)
     return root

@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -131,12 +133,26 @@ class PairwiseVLMJudge:
             abstention (or, when `fatal`, stops the run); any other exception propagates.
         prompt_template: the judge prompt; "{prompt}" is replaced by the generation prompt.
         seed: seeds the per-pair order coin (so a run is reproducible).
+        max_failures: the judge stops after this many consecutive pairs fail (a server that is down fails every
+            pair, each after all its retries); None never stops.
+        deadline: seconds for a whole `judge` call; no new pair starts after it (a pair already sent runs to its
+            backend's own timeout); None: no deadline.
+        clock: the time source of the deadline (injectable for tests).
     """
 
-    def __init__(self, backend: Backend, prompt_template: str = JUDGE_PROMPT, seed: int = 0):
+    def __init__(self, backend: Backend, prompt_template: str = JUDGE_PROMPT, seed: int = 0, *,
+                 max_failures: int | None = 3, deadline: float | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         if "{prompt}" not in prompt_template:
             raise ValueError("prompt_template must contain '{prompt}'")
+        if max_failures is not None and (not isinstance(max_failures, int) or isinstance(max_failures, bool)
+                                         or max_failures < 1):
+            raise ValueError(f"max_failures must be an integer >= 1 or None, got {max_failures!r}")
+        if deadline is not None and not (isinstance(deadline, (int, float)) and not isinstance(deadline, bool)
+                                         and math.isfinite(deadline) and deadline > 0):
+            raise ValueError(f"deadline must be a number of seconds > 0 or None, got {deadline!r}")
         self.backend, self.template, self.seed = backend, prompt_template, seed
+        self.max_failures, self.deadline, self.clock = max_failures, deadline, clock
 
     def judge(self, a_images: torch.Tensor, b_images: torch.Tensor, prompts: list[str]) -> list[PairVerdict]:
         """Verdicts for each pair (see `PairVerdict`); images (B, 3, H, W) in [0, 1].
@@ -146,14 +162,18 @@ class PairwiseVLMJudge:
 
         Raises:
             VLMRequestError: a fatal one (redirect, bad key, wrong path or model: every pair would fail alike),
-                with `partial` holding the pairs judged before it.
+                `max_failures` consecutive failed pairs, or the `deadline` passed; `fatal`, with `partial` holding
+                the pairs judged before it.
         """
         if a_images.shape != b_images.shape or len(prompts) != len(a_images):
             raise ValueError(f"mismatched pairs: {tuple(a_images.shape)}, {tuple(b_images.shape)}, "
                              f"{len(prompts)} prompts")
         swaps = torch.rand(len(prompts), generator=torch.Generator().manual_seed(self.seed)) < 0.5
-        out = []
+        out: list[PairVerdict] = []
+        start, streak = self.clock(), 0
         for i, (a, b, prompt, swap) in enumerate(zip(a_images, b_images, prompts, swaps.tolist())):
+            if self.deadline is not None and self.clock() - start > self.deadline:
+                self._stop(out, len(prompts), f"its deadline of {self.deadline:g} s passed")
             first, second = (b, a) if swap else (a, b)
             try:
                 answer = self.backend(self.template.replace("{prompt}", prompt), [to_png(first), to_png(second)])
@@ -164,7 +184,12 @@ class PairwiseVLMJudge:
                     raise
                 log.warning("VLM judge: pair %d of %d abstains: %s", i + 1, len(prompts), e)
                 out.append(PairVerdict(None, swap, "", error=str(e)))
+                streak += 1
+                if self.max_failures is not None and streak >= self.max_failures:
+                    self._stop(out, len(prompts), f"{streak} pairs in a row failed (the server looks down; last: "
+                                                  f"{e})")
                 continue
+            streak = 0
             label = parse_verdict(answer)
             v = None if label is None else 0 if label == "tie" else (1 if label == "A" else -1)
             out.append(PairVerdict(-v if (swap and v) else v, swap, answer))
@@ -173,6 +198,14 @@ class PairwiseVLMJudge:
             log.warning("VLM judge: %d of %d pairs failed (request or reply errors); counted as abstentions",
                         failed, len(out))
         return out
+
+    @staticmethod
+    def _stop(out: list[PairVerdict], total: int, why: str) -> None:
+        """End a `judge` call early: raise a fatal `VLMRequestError` carrying the pairs judged so far."""
+        err = VLMRequestError(f"VLM judge stopped after {len(out)} of {total} pairs: {why}", fatal=True)
+        err.partial = out
+        log.error("%s", err)
+        raise err
 
     def win_rate(self, a_images: torch.Tensor, b_images: torch.Tensor, prompts: list[str],
                  confidence: float = 0.95) -> JudgeWinRateCI:

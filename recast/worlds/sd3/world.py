@@ -196,7 +196,8 @@ class SD3World:
                 backend = OpenAIChatBackend(cfg["endpoint"], cfg["model"], api_key_env=cfg.get("api_key_env"),
                                             timeout=float(cfg.get("timeout", 60.0)),
                                             max_retries=int(cfg.get("retries", 3)))
-            self._judges["vlm"] = PairwiseVLMJudge(backend)
+            self._judges["vlm"] = PairwiseVLMJudge(backend, max_failures=cfg.get("max_failures", 3),
+                                                   deadline=cfg.get("deadline"))
         return [v.verdict for v in self._judges["vlm"].judge(a_images, b_images, prompts)]
 
     # ---------------------------------------------------------------- SD3 extras

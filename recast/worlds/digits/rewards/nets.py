@@ -162,10 +162,9 @@ def load_net(name: str, make: Callable[[], nn.Module], device: torch.device | st
 
 def save_net(net: nn.Module, path: Path) -> None:
     """Save a net's weights as float16 safetensors (deterministic bytes for identical weights)."""
-    from safetensors.torch import save_file
+    from recast.io import save_safetensors
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().half().contiguous() for k, v in net.state_dict().items()}, str(path))
+    save_safetensors(path, {k: v.detach().half().contiguous() for k, v in net.state_dict().items()})
 
 
 def fit(net: nn.Module, make_batch: Callable[[torch.Generator], tuple[torch.Tensor, torch.Tensor]],
