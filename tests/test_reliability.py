@@ -241,7 +241,7 @@ def test_bad_checkpoint_files_are_refused_naming_the_file_and_never_run_code(tmp
 def test_checkpoint_loads_weights_only_and_holds_only_plain_data(tmp_path, done_run):
     state = torch.load(done_run / "checkpoint.pt", weights_only=True)
     ckpt.check_plain(state)
-    tr = Trainer(preset("ci", **CI, method="recast"), tmp_path / "run")
+    tr = Trainer(preset("ci", **{**CI, "method": "recast"}), tmp_path / "run")
     ckpt.check_plain(tr.state_dict())  # fields others add to the trainer's state are caught here
     tr.release()
     for bad, where in [({"rng": np.zeros(3)}, "state\\['rng'\\]"), ({"cfg": preset("ci")}, "TrainConfig"),

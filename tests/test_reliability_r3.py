@@ -397,7 +397,7 @@ def _vertices(a: torch.Tensor) -> list[torch.Tensor]:
 def test_min_norm_is_the_exact_projection_of_the_prior_onto_the_zero_set(a, seed):
     """The projection c of the prior p onto the polytope {simplex, c·a = 0} (the hull of `_vertices`) satisfies
     (p − c)·(v − c) <= 0 for every vertex v, and lies on the zero set to rounding."""
-    from recast.trainer.step_credit import min_norm_coefficients
+    from recast.credit.step import min_norm_coefficients
 
     A = torch.tensor(a, dtype=torch.float64)
     if (A >= 0).all() or (A <= 0).all():
@@ -412,7 +412,7 @@ def test_min_norm_is_the_exact_projection_of_the_prior_onto_the_zero_set(a, seed
 
 
 def test_min_norm_batches_agree_with_single_samples():
-    from recast.trainer.step_credit import min_norm_coefficients
+    from recast.credit.step import min_norm_coefficients
 
     g = torch.Generator().manual_seed(3)
     A = torch.randn(4, 32, generator=g, dtype=torch.float64)

@@ -567,7 +567,7 @@ class Credit:
             self.tracker.load_state_dict(tr)
         self.iteration = int(iteration)
         if W is not None and self.spec.weights != "table":  # a table's W is the table's
-            self._W = W.clone()
+            self._W = raw.clone()  # as saved, to the bit (validate_W's normalised copy can move the last bits)
             self._TW = self.lam[:, None].expand(self.K, self.T).clone() if self.spec.weights == "flat" \
                 else self.T * self._W
         self.D = None if D is None else D.clone()

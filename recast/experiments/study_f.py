@@ -4,7 +4,7 @@
     python -m recast.experiments.study_f tables                 # the weight tables of every budget, from the profiles
     python -m recast.experiments.study_f run --jobs 2 --commit  # train what has no committed record, in priority order
     python -m recast.experiments.study_f collect                # the records -> research/study/data/F.csv
-    python -m recast.experiments.study_f analyse                # the tables of the results page (study_f_analysis)
+    python -m recast.experiments.study_f_analysis analyse       # the tables of the results page (and report, figures)
 
 Every run is a `python -m recast train` command (the paper preset, dense evaluation as in stage A) under
 ``runs/study/F/<setting>/<budget>/<arm>/seed_<s>``. When a run finishes, its summary record (its command, config hash,
@@ -44,11 +44,16 @@ ARMS = {
 }
 
 
+def rewards(setting: str) -> tuple[str, ...]:
+    """The digit world's rewards of a setting (its static description; nothing loads)."""
+    from recast.world import world_info
+
+    return tuple(world_info("tiny").reward_settings[setting])
+
+
 def budgets(setting: str) -> dict[str, tuple[float, ...]]:
     """The paper's design: equal budgets, then each reward doubled in turn (K + 1 budgets)."""
-    from recast.worlds.digits.rewards import SETTINGS as REWARDS
-
-    names = REWARDS[setting]
+    names = rewards(setting)
     out = {"equal": tuple(1.0 for _ in names)}
     for k, n in enumerate(names):
         out[f"{n}-x2"] = tuple(2.0 if i == k else 1.0 for i in range(len(names)))
@@ -62,15 +67,14 @@ def table_path(proposal: str, setting: str, budget: str) -> Path:
 def make_tables() -> list[Path]:
     """Every (proposal, setting, budget)'s weight table from the committed profiles (milliseconds each)."""
     from recast.archives import load_profile, save_table, table_from_profile
-    from recast.worlds.digits.rewards import SETTINGS as REWARDS
 
     out = []
     for proposal, path in PROFILES.items():
         for setting in SETTINGS:
-            prof = load_profile(ROOT / path, REWARDS[setting])
+            prof = load_profile(ROOT / path, rewards(setting))
             for name, lam in budgets(setting).items():
                 target = table_path(proposal, setting, name)
-                save_table(table_from_profile(prof, list(lam), reward_names=REWARDS[setting]), target)
+                save_table(table_from_profile(prof, list(lam), reward_names=rewards(setting)), target)
                 out.append(target)
     return out
 
@@ -182,13 +186,12 @@ def collect(records_dir: Path = STAGE_DIR / "records") -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("command", choices=("tables", "run", "collect", "list", "analyse", "report", "figures"))
+    ap.add_argument("command", choices=("tables", "run", "collect", "list"))
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--chunk", type=int, default=4, help="runs trained between two record commits")
     ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms to train (priority order kept)")
     ap.add_argument("--commit", action="store_true", help="commit each batch's records as they land")
     ap.add_argument("--out-root", default="runs/study/F")
-    ap.add_argument("--figures", default="runs/study/figures")
     a = ap.parse_args(argv)
     arms = tuple(x for x in a.arms.split(",") if x)
     bad = [x for x in arms if x not in ARMS]
@@ -206,16 +209,12 @@ def main(argv=None) -> int:
     if a.command == "run":
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         return run(jobs=a.jobs, arms=arms, chunk=a.chunk, commit=a.commit, out_root=a.out_root)
-    if a.command == "collect":
-        from recast.io import write_csv
+    from recast.io import write_csv
 
-        rows = collect()
-        write_csv(ROOT / "research" / "study" / "data" / "F.csv", rows)
-        print(f"{len(rows)} rows of {len({(r['setting'], r['budget'], r['arm'], r['seed']) for r in rows})} runs")
-        return 0
-    from recast.experiments import study_f_analysis
-
-    return study_f_analysis.main(a.command, a.figures)
+    rows = collect()
+    write_csv(ROOT / "research" / "study" / "data" / "F.csv", rows)
+    print(f"{len(rows)} rows of {len({(r['setting'], r['budget'], r['arm'], r['seed']) for r in rows})} runs")
+    return 0
 
 
 if __name__ == "__main__":

@@ -193,9 +193,19 @@ def report(tables: dict[str, list[dict]]) -> str:
     return "\n".join(out)
 
 
-def main(command: str, figures_dir: str) -> int:
+def main(argv=None) -> int:
+    """`python -m recast.experiments.study_f_analysis analyse | report | figures [--figures DIR]`."""
+    import argparse
+
     from recast.experiments.study import STUDY_DIR, _read
     from recast.io import write_csv
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("command", choices=("analyse", "report", "figures"))
+    ap.add_argument("--figures", default="runs/study/figures", help="where `figures` writes (the page's: "
+                    "research/study/figures)")
+    a = ap.parse_args(argv)
+    command, figures_dir = a.command, a.figures
 
     path = STUDY_DIR / "data" / "F.csv"
     if not path.is_file():
@@ -218,3 +228,7 @@ def main(command: str, figures_dir: str) -> int:
             write_csv(out / f"{name}.csv", table)
     print({k: len(v) for k, v in tables.items()})
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -152,7 +152,6 @@ def validate_config(cfg: TrainConfig) -> RunSpec:
         _need(method.kernel != "power" or cfg.temperature >= smallest,
               f"config field temperature: {cfg.temperature:g} is below the smallest temperature the weight solver "
               f"resolves at floor={cfg.floor:g}: {smallest:.3g}")
-    table, weight_file = (_weight_table(cfg, world, info, names, lam) if method.weights == "table" else (None, None))
     _check_replay(cfg, method)
     check_trackers(cfg.log_with)
     _need(cfg.sdpa_backend in SDPA_BACKENDS, f"config field sdpa_backend: unknown {cfg.sdpa_backend!r}; choose from "
@@ -162,6 +161,8 @@ def validate_config(cfg: TrainConfig) -> RunSpec:
                                                             "(lora_rank > 0); a full fine-tuning run has no adapter")
     _check_device(cfg.device)
     settings, plain = world_settings(world, cfg.setting, cfg.world_settings, rewards=names)
+    # after the world's own checks (a missing reward package is named first): the weight table, read and solved
+    table, weight_file = (_weight_table(cfg, world, info, names, lam) if method.weights == "table" else (None, None))
     return RunSpec(world, names, lam, settings, plain, method, table, weight_file)
 
 
