@@ -101,6 +101,7 @@ _REGISTRY: dict[str, Callable[..., RewardFn]] = {
     "hpsv2": _lazy("clip", "hpsv2"),
     "aesthetic": _lazy("clip", "aesthetic"),
     "imagereward": _lazy("imagereward", "imagereward"),
+    "hpsv3": _lazy("hpsv3", "hpsv3"),
     "ocr": _lazy("ocr", "ocr"),
     "geneval": _lazy("geneval", "geneval"),
     "jpeg": jpeg_compressibility,
