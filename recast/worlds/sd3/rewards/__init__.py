@@ -102,6 +102,7 @@ _REGISTRY: dict[str, Callable[..., RewardFn]] = {
     "aesthetic": _lazy("clip", "aesthetic"),
     "imagereward": _lazy("imagereward", "imagereward"),
     "hpsv3": _lazy("hpsv3", "hpsv3"),
+    "unifiedreward": _lazy("unifiedreward", "unifiedreward"),
     "ocr": _lazy("ocr", "ocr"),
     "geneval": _lazy("geneval", "geneval"),
     "jpeg": jpeg_compressibility,
