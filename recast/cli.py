@@ -3,6 +3,7 @@
     python -m recast train --preset cpu --setting compose --method recast --lam 0.4,0.15,0.15,0.15,0.15 --out runs/x
     python -m recast demo                  # ReCAST vs uniform, compose, cpu preset, seeds 0,1,2 (recast/experiments/demo.py)
     python -m recast profile --setting compose --estimator rollout   # when is each reward informative (profile.py)
+    python -m recast paper-eval runs/paper --out runs/paper_eval     # the paper's tables from runs (paper_eval.py)
 
 Bad input exits with status 2 and a one-line message saying what to fix (no traceback).
 """
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     from recast.experiments import profile
 
     profile.add_parser(sub)
+    from recast.experiments import paper_eval
+
+    paper_eval.add_parser(sub)
     return ap
 
 
@@ -102,6 +106,10 @@ def _main(argv: list[str] | None = None) -> int:
         from recast.experiments import profile
 
         return profile.run(args)
+    if args.command == "paper-eval":
+        from recast.experiments import paper_eval
+
+        return paper_eval.run(args)
     from recast.trainer.rundir import EXIT_BUSY, RunDirBusyError
 
     try:
