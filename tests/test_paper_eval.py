@@ -183,6 +183,23 @@ def test_end_to_end_on_the_digit_world_and_the_cache(digit_runs, tmp_path):
     assert (retrained.sampled, retrained.scored, retrained.judged) == (2, 3, 1)
 
 
+def test_a_judge_that_always_abstains_leaves_its_row_empty(digit_runs, tmp_path, monkeypatch):
+    from recast.experiments import paper_scoring
+
+    real = paper_scoring._Setting.score
+
+    def score(self, name, images):  # "contrast" abstains on every image, as a VLM judge that cannot be parsed would
+        return {"mean": math.nan, "n": 0, "abstained": len(images)} if name == "contrast" else real(self, name, images)
+
+    monkeypatch.setattr(paper_scoring._Setting, "score", score)
+    for _ in range(2):  # scored, then read back from the cache (where NaN is stored as null)
+        r = evaluate_paper([digit_runs / "equal"], out=tmp_path, static="uniform", num_prompts=2,
+                           judges=("contrast",), pairwise=False)
+    row = r.settings["color+speck_free"]["table"][-1]
+    assert row["metric"] == "contrast" and row["pairs"] == 0 and math.isnan(row["recast"]) and r.sampled == 0
+    assert "| *contrast* | — | — | — | 0/0 |" in r.markdown()
+
+
 def test_cli_writes_the_tables_and_refuses_bad_input(digit_runs, tmp_path, capsys):
     assert main([str(digit_runs / "equal"), "--out", str(tmp_path / "o"), "--static-method", "uniform",
                  "--num-prompts", "2", "--judges", "clean", "--no-pairwise"]) == 0

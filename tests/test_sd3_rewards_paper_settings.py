@@ -76,7 +76,6 @@ def test_a_paper_config_trains_on_the_tiny_pipeline_with_every_reward_and_judge(
 
     from recast.cli import main
     from recast.worlds.sd3.tiny import save_tiny_pipeline, save_tiny_rewards
-    from recast.worlds.sd3.vlm_tiny import save_tiny_hpsv3
 
     for var in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
         monkeypatch.delenv(var, raising=False)
@@ -84,8 +83,7 @@ def test_a_paper_config_trains_on_the_tiny_pipeline_with_every_reward_and_judge(
     ep = _Endpoint()
     try:
         ep.script = [reply("Alignment Score (1-5): 4\nCoherence Score (1-5): 3\nStyle Score (1-5): 2")] * 100
-        pipe, root = save_tiny_pipeline(tmp_path / "sd35"), save_tiny_rewards(tmp_path / "reward_ckpts")
-        save_tiny_hpsv3(root / "hpsv3")
+        pipe, root = save_tiny_pipeline(tmp_path / "sd35"), save_tiny_rewards(tmp_path / "reward_ckpts")  # hpsv3 too
         (root / "unifiedreward").mkdir()
         (root / "unifiedreward" / "endpoint.json").write_text(json.dumps({"endpoint": ep.url, "model": "ur2"}))
         out = tmp_path / "run"

@@ -219,7 +219,8 @@ def evaluate_paper(run_dirs, *, out: str | Path | None = None, cache_dir: str | 
                 for name in missing:
                     cache.save(key, name, spec, {"run": str(run_dir), "base": base, **s.score(name, images)})
                     result.scored += 1
-            return {name: cache.load(key, name, spec)["mean"] for name in metrics}, images
+            means = {name: cache.load(key, name, spec)["mean"] for name in metrics}
+            return {k: math.nan if v is None else v for k, v in means.items()}, images  # JSON keeps NaN as null
 
         runs, bases, pair_bases, verdicts, rows = {}, {}, [], [], []
         for a, b in setting_pairs:

@@ -102,8 +102,9 @@ def tiny_sd3_world(arg: str | None = None, *, seed: int = 0, **kwargs):
 
 def save_tiny_rewards(root: str | Path, seed: int = 0) -> Path:
     """Tiny random reward models for every model-based SD3 reward (pickscore, clipscore, hpsv2, aesthetic,
-    imagereward, geneval), saved under `root` as the real ones are (docs/paper-scale.md), offline: so a paper-scale
-    command runs end to end on CPU with the tiny pipeline (a smoke test, not a measurement). ocr needs no weights."""
+    imagereward, geneval, hpsv3), saved under `root` as the real ones are (docs/paper-scale.md), offline: so a
+    paper-scale command runs end to end on CPU with the tiny pipeline (a smoke test, not a measurement). ocr needs no
+    weights; unifiedreward needs an endpoint (its folder's endpoint.json) or a VLM folder, which is not written here."""
     from safetensors.torch import save_file
     from transformers import (BlipConfig, BlipForImageTextRetrieval, BlipImageProcessor, CLIPConfig,
                               CLIPImageProcessor, CLIPModel, CLIPProcessor, OwlViTConfig, OwlViTForObjectDetection,
@@ -138,4 +139,7 @@ def save_tiny_rewards(root: str | Path, seed: int = 0) -> Path:
         OwlViTProcessor(image_processor=OwlViTImageProcessor(size={"height": 32, "width": 32},
                                                              crop_size={"height": 32, "width": 32}),
                         tokenizer=tok).save_pretrained(root / "geneval")
+    from recast.worlds.sd3.vlm_tiny import save_tiny_hpsv3
+
+    save_tiny_hpsv3(root / "hpsv3", seed)
     return root

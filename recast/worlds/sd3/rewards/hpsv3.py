@@ -21,7 +21,7 @@ of the authors' own forward pass are reproduced because the model was trained wi
 
 The instruction is the authors' text, shipped with their code and not here: `scripts/convert_hpsv3.py` reads it from
 a copy of their source into ``hpsv3_prompt.json`` next to the weights. **Scale**: ``mu`` as the model gives it
-(unbounded, higher is preferred), no rescaling; the release does not use HPSv3 for training, only as a judge.
+(unbounded, higher is preferred), no rescaling; a held-out judge of the paper (the release trains on it nowhere).
 """
 
 from __future__ import annotations
