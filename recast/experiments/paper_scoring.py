@@ -152,8 +152,8 @@ class _Setting:
         """{"mean", "n", "abstained"} of one metric on `images`, scored in batches (whole for groupwise rewards)."""
         if name not in self.scorers:
             self.scorers[name] = self.base.world.reward(name, self.device)
-        fn, step = self.scorers[name], len(images) if getattr(self.scorers[name], "groupwise", False) else \
-            self.batch_size
+        fn = self.scorers[name]
+        step = len(images) if getattr(fn, "groupwise", False) else self.batch_size  # a group scorer sees all at once
         values = torch.cat([fn(images[i:i + step].to(self.device), self.prompts[i:i + step]).float().cpu()
                             for i in range(0, len(images), step)])
         finite = values[torch.isfinite(values)]
@@ -236,8 +236,7 @@ def evaluate_paper(run_dirs, *, out: str | Path | None = None, cache_dir: str | 
             runs[str(a.run_dir)], ia = scores_of(ka, a.run_dir)
             runs[str(b.run_dir)], ib = scores_of(kb, b.run_dir)
             if need_pair:
-                for i, info in ((ia, a), (ib, b)):
-                    result.sampled += i is None
+                result.sampled += (ia is None) + (ib is None)
                 ia = s.images(a.run_dir) if ia is None else ia
                 ib = s.images(b.run_dir) if ib is None else ib
                 p = s.prompts[:m]
