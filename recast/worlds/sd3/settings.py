@@ -6,10 +6,15 @@ Each reward setting trains its own rewards on its own prompts and reports held-o
 | --- | --- | --- | --- |
 | composition | geneval, ocr, pickscore, clipscore | `compose_{train,test}.jsonl` (GenEval-style) | hpsv2, aesthetic, imagereward, colour_entropy |
 | quality | pickscore, hpsv2, aesthetic, imagereward | `quality_{train,test}.txt` | clipscore, jpeg, colour_entropy, dark_fraction |
+| stage1 | clipscore, hpsv2, pickscore | `quality_{train,test}.txt` (stand-in for Pick-a-Pic) | `PAPER_JUDGES` |
+| stage_ocr | clipscore, hpsv2, pickscore, ocr | `compose_{train,test}.jsonl` (stand-in for OCR prompts) | `PAPER_JUDGES` |
+| stage_geneval | clipscore, hpsv2, pickscore, geneval | `compose_{train,test}.jsonl` (stand-in for GenEval's) | `PAPER_JUDGES` |
 
 geneval and ocr need the GenEval metadata and quoted text of the composition prompts, so quality's judges are the
 prompt-alignment score it does not train (clipscore) and model-free measures of reward hacking (compressibility,
-colour entropy, the dark-pixel share). A pairwise VLM judge is added where ``vlm_judge`` is configured (an
+colour entropy, the dark-pixel share). The paper's staged settings report its four held-out judges, `PAPER_JUDGES`
+(ImageReward, the LAION aesthetic predictor, HPSv3 and UnifiedReward-2); their default prompts are the committed
+stand-ins above, and configs/paper/ names where the paper's own prompt files go. A pairwise VLM judge is added where ``vlm_judge`` is configured (an
 OpenAI-compatible endpoint or local weights; notebook 06).
 """
 
@@ -26,7 +31,8 @@ import torch
 from recast.bounded import short_repr
 from recast.config import DATA_ROOT
 
-__all__ = ["DTYPES", "SD3Settings", "SETTING_DEFAULTS", "TINY_DEFAULTS", "resolve_settings", "resolve_tiny_settings"]
+__all__ = ["DTYPES", "PAPER_JUDGES", "SD3Settings", "SETTING_DEFAULTS", "TINY_DEFAULTS", "resolve_settings",
+           "resolve_tiny_settings"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DATA_PROMPTS = DATA_ROOT / "prompts"
@@ -75,6 +81,15 @@ SETTING_DEFAULTS: dict[str, dict] = {
                                  "test": str(DATA_PROMPTS / "quality_test.txt")},
                 "judges": ("clipscore", "jpeg", "colour_entropy", "dark_fraction")},
 }
+PAPER_JUDGES = ("imagereward", "aesthetic", "hpsv3", "unifiedreward")  # the paper's held-out judges (RECAST.md §0)
+_QUALITY_PROMPTS = {"train": str(DATA_PROMPTS / "quality_train.txt"), "test": str(DATA_PROMPTS / "quality_test.txt")}
+_COMPOSE_PROMPTS = {"train": str(DATA_PROMPTS / "compose_train.jsonl"),
+                    "test": str(DATA_PROMPTS / "compose_test.jsonl")}
+SETTING_DEFAULTS.update({
+    "stage1": {"prompt_files": _QUALITY_PROMPTS, "judges": PAPER_JUDGES},
+    "stage_ocr": {"prompt_files": _COMPOSE_PROMPTS, "judges": PAPER_JUDGES},
+    "stage_geneval": {"prompt_files": _COMPOSE_PROMPTS, "judges": PAPER_JUDGES},
+})
 # The tiny random pipeline: its own sizes, and only model-free judges (no reward weights exist for it offline).
 TINY_DEFAULTS = {"resolution": 32, "max_sequence_length": 16, "dtype": "float32"}
 TINY_JUDGES = ("jpeg", "colour_entropy", "dark_fraction")

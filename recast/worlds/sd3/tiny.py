@@ -104,8 +104,9 @@ def tiny_sd3_world(arg: str | None = None, *, seed: int = 0, **kwargs):
 
 def save_tiny_rewards(root: str | Path, seed: int = 0) -> Path:
     """Tiny random reward models for every model-based SD3 reward (pickscore, clipscore, hpsv2, aesthetic,
-    imagereward, geneval), saved under `root` as the real ones are (docs/paper-scale.md), offline: so a paper-scale
-    command runs end to end on CPU with the tiny pipeline (a smoke test, not a measurement). ocr needs no weights."""
+    imagereward, geneval, hpsv3), saved under `root` as the real ones are (docs/paper-scale.md), offline: so a
+    paper-scale command runs end to end on CPU with the tiny pipeline (a smoke test, not a measurement). ocr needs no
+    weights; unifiedreward needs an endpoint (its folder's endpoint.json) or a VLM folder, which is not written here."""
     from transformers import (BlipConfig, BlipForImageTextRetrieval, BlipImageProcessor, CLIPConfig,
                               CLIPImageProcessor, CLIPModel, CLIPProcessor, OwlViTConfig, OwlViTForObjectDetection,
                               OwlViTImageProcessor, OwlViTProcessor)
@@ -154,4 +155,7 @@ def save_tiny_rewards(root: str | Path, seed: int = 0) -> Path:
                             tokenizer=tok).save_pretrained(d)
 
         atomic_dir(root / "geneval", write_geneval)
+    from recast.worlds.sd3.vlm_tiny import save_tiny_hpsv3
+
+    atomic_dir(root / "hpsv3", lambda d: save_tiny_hpsv3(d, seed))
     return root

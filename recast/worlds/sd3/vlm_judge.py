@@ -217,7 +217,8 @@ class PairwiseVLMJudge:
 
 
 class TransformersBackend:
-    """A local image-text-to-text model folder through transformers (chat template with two images).
+    """A local image-text-to-text model folder through transformers (chat template with the images given: two for
+    the pairwise judge, one for the pointwise scorer, `recast.worlds.sd3.vlm_score`).
 
     Args:
         model_path: a folder holding the model and its processor (nothing downloads).
@@ -242,7 +243,8 @@ class TransformersBackend:
         from PIL import Image
 
         pil = [Image.open(io.BytesIO(b)).convert("RGB") for b in images]
-        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "image"}, {"type": "text", "text": text}]}]
+        content = [{"type": "image"} for _ in pil] + [{"type": "text", "text": text}]  # one image or a pair
+        messages = [{"role": "user", "content": content}]
         chat = self.processor.apply_chat_template(messages, add_generation_prompt=True)
         inputs = self.processor(text=[chat], images=pil, return_tensors="pt").to(self.model.device)
         out = self.model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=False)

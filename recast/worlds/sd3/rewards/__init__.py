@@ -14,6 +14,9 @@ The paper's two four-reward settings (docs/method.md §1):
   early to mid denoising) with two that judge prompt-image agreement as a whole;
 - ``quality``: pickscore + hpsv2 + aesthetic + imagereward: four human-preference / aesthetics models that overlap
   heavily, the case where one reward's variance silently dominates a raw sum.
+
+The ReCAST release's staged settings (RECAST.md §0): ``stage1`` = clipscore + hpsv2 + pickscore, then ``stage_ocr``
+and ``stage_geneval`` add ocr or geneval; their held-out judges are imagereward, aesthetic, hpsv3 and unifiedreward.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ __all__ = ["SETTINGS", "RewardFn", "get", "names", "groupwise", "group_rank", "g
 SETTINGS: dict[str, tuple[str, ...]] = {
     "composition": ("geneval", "ocr", "pickscore", "clipscore"),
     "quality": ("pickscore", "hpsv2", "aesthetic", "imagereward"),
+    # the ReCAST release's staged recipe (docs/paper-scale.md, "The paper's experiments"): stage 1, then each
+    # four-reward setting adds its fourth reward; the order is the paper's, so budget (2,1,1,1) weighs clipscore
+    "stage1": ("clipscore", "hpsv2", "pickscore"),
+    "stage_ocr": ("clipscore", "hpsv2", "pickscore", "ocr"),
+    "stage_geneval": ("clipscore", "hpsv2", "pickscore", "geneval"),
 }
 
 
@@ -102,6 +110,8 @@ _REGISTRY: dict[str, Callable[..., RewardFn]] = {
     "hpsv2": _lazy("clip", "hpsv2"),
     "aesthetic": _lazy("clip", "aesthetic"),
     "imagereward": _lazy("imagereward", "imagereward"),
+    "hpsv3": _lazy("hpsv3", "hpsv3"),
+    "unifiedreward": _lazy("unifiedreward", "unifiedreward"),
     "ocr": _lazy("ocr", "ocr"),
     "geneval": _lazy("geneval", "geneval"),
     "jpeg": jpeg_compressibility,

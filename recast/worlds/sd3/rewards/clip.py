@@ -32,6 +32,18 @@ HINTS = {
                  "or aesthetic_mlp.safetensors in the same DIR.",
 }
 AESTHETIC_HEADS = ("aesthetic_mlp.safetensors", "sac+logos+ava1-l14-linearMSE.pth")
+# Each score's scale against the ReCAST release's (RECAST.md §0), which mixes raw rewards before normalising, so a
+# reward's scale sets its share of the raw mix there: these outputs are left as they are and documented.
+SCALES = {
+    "pickscore": "Scale: logit_scale.exp() * cosine, about 18-24 on real images; the ReCAST release divides this by "
+                 "26 (its pickscore = ours / 26).",
+    "clipscore": "Scale: the cosine in [-1, 1], about 0.2-0.35 on real images; the ReCAST release's clipscore is CLIP's "
+                 "logits / 100 = logit_scale.exp() / 100 * cosine, the same number for OpenAI's CLIP (logit scale 100).",
+    "hpsv2": "Scale: the cosine of HPS v2.1's image and text embeddings, about 0.2-0.35; the ReCAST release's hpsv2 is "
+             "the same dot product of normalised features (it letterboxes non-square images where we centre-crop).",
+    "aesthetic": "Scale: the LAION predictor's rating, about 1-10 (about 5-6 on SD images); not a ReCAST release "
+                 "reward (a held-out judge of the paper).",
+}
 
 
 class AestheticMLP(nn.Module):
@@ -83,7 +95,7 @@ def _similarity_factory(name: str, logit_scaled: bool):
         reward.__name__ = name
         return reward
 
-    factory.__doc__ = f"{name}: {HINTS[name]}"
+    factory.__doc__ = f"{name} of each (image, prompt). {SCALES[name]} Weights: {HINTS[name]}"
     return factory
 
 
@@ -109,7 +121,8 @@ def _load_head(folder: Path, dim: int, device) -> AestheticMLP:
 
 
 def aesthetic(device="cpu", *, root=None, weights_dir=None):
-    """LAION aesthetic score of each image (prompts are ignored). """
+    """LAION aesthetic score of each image (prompts are ignored). Scale: the predictor's rating, about 1-10 (about
+    5-6 on SD images); the paper reports it as a held-out judge (the ReCAST release does not train on it)."""
     device = torch.device(device)
     folder = _wd("aesthetic", root, weights_dir)
     model, processor = _load_clip("aesthetic", folder, device, extra=(AESTHETIC_HEADS,))

@@ -135,6 +135,10 @@ def geneval(device="cpu", *, root=None, weights_dir=None, metadata: str | Path |
             strict: bool = False, threshold: float = 0.1):
     """GenEval-style reward in [0, 1].
 
+    Scale: the fraction of clauses satisfied. The ReCAST release's geneval is also in [0, 1] but not the same
+    number: the mean of per-clause parts (count closeness 1 - |n - count| / count, colour share, relation 0/1) from
+    a Mask2Former detector with a CLIP colour classifier, where ours uses a zero-shot detector and clause pass/fail.
+
     Args:
         metadata: GenEval metadata (a jsonl path or loaded items) covering every prompt that will be scored;
             defaults to data/prompts/compose_train.jsonl and compose_test.jsonl.

@@ -22,7 +22,8 @@ HINT = ("ImageReward: the authors ship ImageReward.pt (THUDM/ImageReward); conve
 
 
 def imagereward(device="cpu", *, root=None, weights_dir=None):
-    """ImageReward score of each (image, prompt); roughly standard normal on SD images."""
+    """ImageReward score of each (image, prompt). Scale: the authors' standardised score (their `score()`), roughly
+    standard normal on SD images; a held-out judge of the paper, not a ReCAST release reward."""
     folder = _wd("imagereward", root, weights_dir)
     require_files("imagereward", folder, FILES, HINT)
     from safetensors.torch import load_file

@@ -49,7 +49,9 @@ ENGINE_DEFAULTS = {"det_limit_type": "max", "det_limit_side_len": 960, "use_cls"
 
 
 def ocr(device="cpu", *, root=None, weights_dir=None, min_confidence: float = 0.0, **engine_options):
-    """OCR reward in [0, 1] (images are read on CPU; `device` is where the result goes).
+    """OCR reward in [0, 1] (images are read on CPU; `device` is where the result goes). Scale: 1 minus the
+    normalised edit distance, as Flow-GRPO's OCR reward; the ReCAST release ships no OCR reward (its Stage-OCR setting
+    is on its page only), so this is ours.
 
     Args:
         min_confidence: ignore recognised pieces below this confidence.
