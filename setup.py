@@ -10,7 +10,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-SHIPPED = ("digit_base", "judges", "rewards", "prompts")  # what the library reads at run time (data/README.md)
+SHIPPED = ("digit_base", "judges", "rewards", "prompts", "profiles")  # what the library reads at run time (data/README.md)
 
 
 class BuildWithData(build_py):

@@ -123,6 +123,11 @@ class TrainConfig:
     lora_bf16: bool = False  # LoRA matmuls take their bf16 input as is (no fp32 copies); needs bf16/fp16 autocast
     recompute_blocks: int = -1  # recompute activations of the first n blocks only in backward; -1 = world's setting
 
+    # --- stages (the paper trains in two: docs/paper-scale.md) ---
+    initialize_from: str = ""  # a finished run directory whose last checkpoint starts this run (a new stage): its
+    #                            LoRA, optimiser, old policy, EMA and update count are kept; this run's iterations,
+    #                            rewards, budgets and seed start afresh ("" = from the base model)
+
     # --- run ---
     seed: int = 0  # seeds the world (tiny), LoRA init, prompt draws, noise, column draws
     num_threads: int = 1  # torch CPU threads for this process; 0 = torch's default (every core). One by default: on a

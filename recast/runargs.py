@@ -53,6 +53,8 @@ def add_train_arguments(t: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "static (its baseline), recast_live (our first reading), uniform, reward_sum, fixed, per_step, otca")
     t.add_argument("--aggregation", choices=("auto",) + AGGREGATIONS, help="how raw rewards become the signal "
                    "(default: the method's own; pre and loss are the paper's, per_reward ours)")
+    t.add_argument("--initialize-from", metavar="RUN", help="start a new stage from RUN's last checkpoint (LoRA, "
+                   "optimiser, old policy, EMA and update count kept; iterations, rewards and budgets this run's own)")
     t.add_argument("--weight-file", metavar="NPZ", help="method recast: a density-ratio profile (solved for the "
                    "run's budgets) or a weight table (default: the world's committed profile)")
     t.add_argument("--lam", type=floats, help="budgets, one per reward, comma-separated (normalised to sum 1; "
@@ -86,7 +88,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     over = {k: v for k, v in dict(setting=args.setting, method=args.method, lam=args.lam, backend=args.backend,
                                   iterations=args.iterations, seed=args.seed, device=args.device,
                                   world=args.world, aggregation=getattr(args, "aggregation", None),
-                                  weight_file=getattr(args, "weight_file", None)).items()
+                                  weight_file=getattr(args, "weight_file", None),
+                                  initialize_from=getattr(args, "initialize_from", None)).items()
             if v is not None}
     if args.rewards:
         over["rewards"] = tuple(r for r in args.rewards.split(",") if r)

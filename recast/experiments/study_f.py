@@ -101,8 +101,11 @@ def plan(*, out_root="runs/study/F", arms=tuple(ARMS), world: str = "data/digit_
     return runs
 
 
-def record_path(run: SweepRun) -> Path:
-    return STAGE_DIR / "records" / run.setting / run.budget / run.method / f"seed_{run.seed}.json"
+RECORDS = STAGE_DIR / "records"
+
+
+def record_path(run: SweepRun, records: Path = RECORDS) -> Path:
+    return Path(records) / run.setting / run.budget / run.method / f"seed_{run.seed}.json"
 
 
 def record(run: SweepRun, commit: str) -> dict:
@@ -125,11 +128,14 @@ def record(run: SweepRun, commit: str) -> dict:
 
 
 def _commit_records(paths: list[Path], message: str) -> None:
-    """Commit exactly these files (pathspec-only, so nothing else staged in the checkout goes with them)."""
-    rel = [str(p.relative_to(ROOT)) for p in paths]
+    """Commit exactly these files in the repository that holds them (pathspec-only, so nothing else staged in that
+    checkout goes with them)."""
+    top = subprocess.run(["git", "-C", str(Path(paths[0]).parent), "rev-parse", "--show-toplevel"],
+                         capture_output=True, text=True).stdout.strip()
+    rel = [str(Path(p).resolve().relative_to(top)) for p in paths]
     for attempt in range(10):
-        add = subprocess.run(["git", "-C", str(ROOT), "add", "--", *rel], capture_output=True, text=True)
-        done = add.returncode == 0 and subprocess.run(["git", "-C", str(ROOT), "commit", "-q", "-m", message, "--",
+        add = subprocess.run(["git", "-C", top, "add", "--", *rel], capture_output=True, text=True)
+        done = add.returncode == 0 and subprocess.run(["git", "-C", top, "commit", "-q", "-m", message, "--",
                                                        *rel], capture_output=True, text=True).returncode == 0
         if done:
             return
@@ -137,13 +143,14 @@ def _commit_records(paths: list[Path], message: str) -> None:
     print(f"warning: could not commit {len(rel)} records; they are written, commit them by hand", file=sys.stderr)
 
 
-def run(*, jobs: int = 2, arms=tuple(ARMS), chunk: int = 4, commit: bool = False, out_root="runs/study/F") -> int:
+def run(*, jobs: int = 2, arms=tuple(ARMS), chunk: int = 4, commit: bool = False, out_root="runs/study/F",
+        records: Path = RECORDS) -> int:
     """Train every planned run without a record, `chunk` at a time, recording (and committing) each as it lands."""
     from recast.io import write_json
 
     head = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "HEAD"],
                           capture_output=True, text=True).stdout.strip() or "unknown"
-    todo = [r for r in plan(out_root=out_root, arms=arms) if not record_path(r).is_file()]
+    todo = [r for r in plan(out_root=out_root, arms=arms) if not record_path(r, records).is_file()]
     print(f"stage F: {len(todo)} runs without a record (trainer commit {head[:10]})", flush=True)
     failed = 0
     for i in range(0, len(todo), chunk):
@@ -155,14 +162,14 @@ def run(*, jobs: int = 2, arms=tuple(ARMS), chunk: int = 4, commit: bool = False
         written = []
         for r in batch:
             if str(r.out_dir) not in rep.failed and (Path(r.out_dir) / "eval.jsonl").is_file():
-                written.append(write_json(record_path(r), record(r, head)))
+                written.append(write_json(record_path(r, records), record(r, head)))
         if commit and written:
             _commit_records(written, f"Study stage F: {len(written)} run records ({', '.join(sorted({f'{r.setting}/{r.method}' for r in batch}))})")
         print(f"{min(i + chunk, len(todo))}/{len(todo)} done, {rep.wall_time_s:.0f} s for this batch", flush=True)
     return 1 if failed else 0
 
 
-def collect(records_dir: Path = STAGE_DIR / "records") -> list[dict]:
+def collect(records_dir: Path = RECORDS) -> list[dict]:
     """Long rows (one per run × evaluation × metric, as A.csv) from the committed records, plus W and spread rows."""
     rows = []
     for p in sorted(records_dir.glob("*/*/*/seed_*.json")):
@@ -192,6 +199,8 @@ def main(argv=None) -> int:
     ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms to train (priority order kept)")
     ap.add_argument("--commit", action="store_true", help="commit each batch's records as they land")
     ap.add_argument("--out-root", default="runs/study/F")
+    ap.add_argument("--records", default=str(RECORDS), help="where the run records go (a training worktree writes "
+                    "into the main checkout's research/study/F/records)")
     a = ap.parse_args(argv)
     arms = tuple(x for x in a.arms.split(",") if x)
     bad = [x for x in arms if x not in ARMS]
@@ -204,14 +213,15 @@ def main(argv=None) -> int:
         return 0
     if a.command == "list":
         for r in plan(out_root=a.out_root, arms=arms):
-            print(("done  " if record_path(r).is_file() else "todo  ") + r.command)
+            print(("done  " if record_path(r, Path(a.records)).is_file() else "todo  ") + r.command)
         return 0
     if a.command == "run":
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        return run(jobs=a.jobs, arms=arms, chunk=a.chunk, commit=a.commit, out_root=a.out_root)
+        return run(jobs=a.jobs, arms=arms, chunk=a.chunk, commit=a.commit, out_root=a.out_root,
+                   records=Path(a.records))
     from recast.io import write_csv
 
-    rows = collect()
+    rows = collect(Path(a.records))
     write_csv(ROOT / "research" / "study" / "data" / "F.csv", rows)
     print(f"{len(rows)} rows of {len({(r['setting'], r['budget'], r['arm'], r['seed']) for r in rows})} runs")
     return 0

@@ -130,19 +130,24 @@ class Trainer(Persistent):
                              recast_every=cfg.recast_every, step_eps=cfg.step_credit_eps,
                              otca_explore=cfg.otca_explore, seed=cfg.seed)
         self.iteration = 0
+        self.update_offset = 0  # optimiser updates of earlier stages (initialize_from): the old policy's decay reads them
         self.resumed = resume
         if self.main:  # safe: we hold the lock, so no live writer owns these temp files
             for folder in (self.out, self.out / "grids"):
                 remove_stale_temps(folder)
         if resume:
             self._resume()
-        elif self.main:
+        elif cfg.initialize_from:
+            self._initialize_from(cfg.initialize_from)
+        if not resume and self.main:
             unlink_run_files(self.out)
             marker = {"format": "recast-run/2", "reward_names": list(self.reward_names), "lam": self.lam.tolist(),
                       "sigmas": self.sigmas.tolist(), "world_fingerprint": self.world_fingerprint,
                       "mixed_precision": str(self.acc.mixed_precision), "world_settings": self.spec.world_settings,
                       "method": {"weights": self.spec.method.weights, "aggregation": self.spec.method.aggregation,
                                  "kernel": self.spec.method.kernel, "weight_file": self.spec.weight_file}}
+            if cfg.initialize_from:
+                marker["initialized_from"] = {"run": str(cfg.initialize_from), "updates": self.update_offset}
             if self.spec.table is not None:  # the run's own table, in the release's format (it trains there too)
                 from recast.archives import save_table
 
@@ -260,7 +265,7 @@ class Trainer(Persistent):
             self.credit.observe()
         if self.replay is not None:  # after the draw: a sample is replayed from the next iteration on
             self.replay.add(ro.prompts, ro.x0, R, replay_rec.pop("_offsets"), iteration=i + 1)
-        self.policy.update_old(old_decay(i, cfg.old_decay_rate, cfg.old_decay_max))
+        self.policy.update_old(old_decay(self.update_offset + i, cfg.old_decay_rate, cfg.old_decay_max))
         self.policy.update_ema(cfg.ema_decay)
         self.iteration = i + 1
         self._count_queries(R_all.shape[1], out)

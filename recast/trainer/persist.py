@@ -7,6 +7,7 @@ the run directory.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recast.io import append_jsonl, read_json, read_jsonl, write_json
@@ -31,7 +32,7 @@ class Persistent:
         return {"iteration": self.iteration, "config": self.cfg.to_dict(), "reward_names": list(self.reward_names),
                 "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "rng": ckpt.capture_rng(self._generators()), "W": self.W, "D": self.D,
-                "credit": self.credit.state_dict(),
+                "credit": self.credit.state_dict(), "update_offset": self.update_offset,
                 "queries": dict(self.queries), "replay": self.replay.state_dict() if self.replay is not None else None}
 
     def _generators(self) -> dict[str, torch.Generator]:
@@ -87,6 +88,7 @@ class Persistent:
         self.queries = {k: int(v) for k, v in (state.get("queries") or {
             "images": int(state["iteration"]) * self.cfg.B * self.acc.num_processes, "proxies": 0}).items()}
         self.iteration = int(state["iteration"])
+        self.update_offset = int(state.get("update_offset", 0))
         if self.main:
             if "logs" in state:
                 ckpt.restore_logs(self.out, state["logs"], keep_evals_at=self.iteration)
@@ -99,6 +101,34 @@ class Persistent:
             now = self.cfg.to_dict()
             if any(saved.get(k) != now[k] for k in ckpt.RESUMABLE_FIELDS):
                 write_json(self.out / "config.json", {**saved, **{k: now[k] for k in ckpt.RESUMABLE_FIELDS}})
+
+    def _initialize_from(self, run_dir) -> None:
+        """Start a new stage from another run's last checkpoint: its LoRA, optimiser, old policy and EMA, and its
+        update count (the old policy's decay continues); this run's iterations, rewards, budgets and RNG are its own.
+
+        Raises:
+            ValueError / FileNotFoundError: naming what differs (the base model, the adapter's shape, the optimiser).
+        """
+        src = Path(run_dir)
+        if src.resolve() == self.out.resolve():
+            raise ValueError(f"config field initialize_from: {src} is this run's own folder; to continue a run, resume it")
+        state = ckpt.load_checkpoint(src, action="cannot initialize from it")
+        theirs = state.get("config") or {}
+        if state.get("world_fingerprint") != self.world_fingerprint:
+            raise ValueError(f"config field initialize_from: {src} was trained from another base model (fingerprint "
+                             f"{str(state.get('world_fingerprint'))[:12]} vs {self.world_fingerprint[:12]})")
+        same = ("lora_rank", "lora_alpha", "world")
+        diff = [f"{k}: {theirs.get(k)!r} there vs {getattr(self.cfg, k)!r} here" for k in same
+                if theirs.get(k) != getattr(self.cfg, k)]
+        if diff:
+            raise ValueError(f"config field initialize_from: {src} is not a stage this run can continue ({'; '.join(diff)})")
+        try:
+            self.policy.load_state_dict(state["policy"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (KeyError, ValueError, RuntimeError) as err:
+            raise ValueError(f"config field initialize_from: {src}: its adapter or optimiser does not fit this run "
+                             f"({str(err).splitlines()[0][:200]})") from None
+        self.update_offset = int(state.get("update_offset", 0)) + int(state["iteration"])
 
     def _legacy_credit(self, state: dict) -> dict:
         """The credit state of a checkpoint written before `recast.credit` (W, D and the tracker at the top level)."""

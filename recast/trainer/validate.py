@@ -153,6 +153,10 @@ def validate_config(cfg: TrainConfig) -> RunSpec:
               f"config field temperature: {cfg.temperature:g} is below the smallest temperature the weight solver "
               f"resolves at floor={cfg.floor:g}: {smallest:.3g}")
     _check_replay(cfg, method)
+    if cfg.initialize_from:  # a new stage from another run's last checkpoint (read by the trainer, checked here)
+        _need(resolve_path(cfg.initialize_from).joinpath("checkpoint.pt").is_file(),
+              f"config field initialize_from: {cfg.initialize_from} holds no checkpoint.pt (a finished run of the "
+              "earlier stage)")
     check_trackers(cfg.log_with)
     _need(cfg.sdpa_backend in SDPA_BACKENDS, f"config field sdpa_backend: unknown {cfg.sdpa_backend!r}; choose from "
                                              f"{SDPA_BACKENDS}")
