@@ -194,6 +194,9 @@ def test_collect_reads_a_finished_run_and_skips_an_unfinished_one(tmp_path):
     assert evals == [0, 1, 2] and all(r["images"] == r["iteration"] * B for r in rows if r["metric"].startswith("judge/"))
     metrics = {r["metric"] for r in rows}
     assert {"time/train_s", "config/ema_decay", "queries/reward_queries", "W/max_rel_departure"} <= metrics
+    # each reward's early share of W (the collection bug of stage A: the reward names came from a key load_run drops)
+    names = json.loads((done / "config.json").read_text())["_run"]["reward_names"]
+    assert {f"W/early_share/{n}" for n in names} <= metrics
     W = np.asarray(json.loads((done / "metrics.jsonl").read_text().splitlines()[-1])["W"])
     dep = next(r["value"] for r in rows if r["metric"] == "W/max_rel_departure")
     assert dep == pytest.approx(float(np.abs(W / (W.sum(1, keepdims=True) / W.shape[1]) - 1).max()))

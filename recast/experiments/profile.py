@@ -22,7 +22,8 @@ __all__ = ["add_parser", "run", "profile_object"]
 def add_parser(sub) -> argparse.ArgumentParser:
     """Register the `profile` subcommand on an argparse subparsers object."""
     p = sub.add_parser("profile", help="D_k(sigma) of a world's rewards with a band, its gains and W (profile.json)")
-    p.add_argument("--world", default="data/digit_base", help="world spec: a digit-world folder, tiny, sd3:PATH, ...")
+    p.add_argument("--world", default=None, help="world spec: a digit-world folder, tiny, sd3:PATH, ... (default "
+                   "data/digit_base, or the --config file's)")
     p.add_argument("--split", default="train", help="prompt split: train | test")
     p.add_argument("--setting", default="compose", help="reward setting: compose | quality")
     p.add_argument("--rewards", help="comma-separated reward names (instead of --setting), or all (every reward of every setting)")
@@ -30,8 +31,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "budgets, equal unless the world sets them; equal with --rewards)")
     p.add_argument("--estimator", default="tweedie", help="tweedie (cheap) | rollout (ground truth)")
     p.add_argument("--num-prompts", type=int, default=64, help="samples, one per prompt spread over the split")
-    p.add_argument("--num-steps", type=int, default=6, help="T: grid steps, the columns of W")
-    p.add_argument("--shift", type=float, default=3.0, help="SD3 time shift of the grid")
+    p.add_argument("--num-steps", type=int, default=None, help="T: grid steps, the columns of W (default 6)")
+    p.add_argument("--shift", type=float, default=None, help="SD3 time shift of the grid (default 3)")
     p.add_argument("--num-rollouts", type=int, default=8, help="M continuations per state (rollout)")
     p.add_argument("--substeps", type=int, default=16, help="ancestral steps per grid step (sampling, rollout); 16 "
                    "is where the digit world's attribute rewards' ground truth settles (4 decides them early)")
@@ -133,9 +134,23 @@ def _figure(prof, out: Path) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of `python -m recast profile`; returns the exit status."""
+    # the flags a --config may fill default to None, so a value typed is told from a default
+    args.world_given, args.num_steps_given, args.shift_given = (args.world is not None, args.num_steps is not None,
+                                                                args.shift is not None)
+    if args.world is None:
+        args.world = "data/digit_base"
+    if args.num_steps is None:
+        args.num_steps = 6
+    if args.shift is None:
+        args.shift = 3.0
     from recast.io import write_json
 
     try:
+        if args.proposal and getattr(args, "train_config", None):  # the world and rewards come from the config
+            from recast.experiments.weights_cli import run_proposal
+
+            given = tuple(n for n in (args.rewards or "").split(",") if n)
+            return run_proposal(args, None, given)
         spec, names, lam = _checked(args)
         if args.proposal:
             from recast.experiments.weights_cli import run_proposal

@@ -33,7 +33,9 @@ PRIMARY = {"compose": "judge/color", "quality": "judge/fid"}
 MARGIN = {"compose": 0.0336, "quality": 34.0}  # TOST margins: half the committed colour effect; one fid seed-sd
 LOWER_IS_BETTER = ("judge/fid", "judge/defect_")
 # arm -> (trainer method, uses a committed W file)
-ARMS = {"reward_sum": ("reward_sum", False), "uniform": ("uniform", False), "recast": ("recast", False),
+# (stage A's "recast" is the live estimate of our first reading, named recast_live since the paper's recipe took the
+# name; its runs train on the "reading" preset, the recipe stage A ran as "cpu")
+ARMS = {"reward_sum": ("reward_sum", False), "uniform": ("uniform", False), "recast": ("recast_live", False),
         "fixed_gt": ("fixed", True), "placebo": ("fixed", True), "per_step": ("per_step", False),
         "otca": ("otca", False)}
 DENSE = {"eval_every": 3, "eval_prompts": 256}
@@ -74,7 +76,7 @@ def plan_stage(stage: str, *, seeds=SEEDS, world: str = "data/digit_base", out_r
             for seed in seeds:
                 name = arm + ("-grpo" if backend == "grpo" else "") + (f"-{tag}" if tag else "")
                 out = Path(out_root) / stage / setting / budget / name / f"seed_{seed}"
-                args = ["--preset", "cpu", "--world", world, "--method", method, "--backend", backend, "--seed",
+                args = ["--preset", "reading", "--world", world, "--method", method, "--backend", backend, "--seed",
                         str(seed), "--out", str(out), "--set", "num_threads=1"]
                 if "rewards" not in sets:
                     args[4:4] = ["--setting", setting]
@@ -110,7 +112,7 @@ def collect(runs: list[SweepRun], stage: str) -> list[dict]:
             rows.append(dict(key, iteration=r.metrics[-1]["iteration"], images=0, metric="W/max_rel_departure",
                              value=float(np.abs(W / lam_T - 1).max())))
             half = W.shape[1] // 2
-            for k, name in enumerate(r.config.get("_run", {}).get("reward_names", [])):
+            for k, name in enumerate(r.reward_names):  # (was config["_run"], which load_run removes: never written)
                 rows.append(dict(key, iteration=r.metrics[-1]["iteration"], images=0,
                                  metric=f"W/early_share/{name}", value=float(W[k, :half].sum() / W[k].sum())))
         rows.append(dict(key, iteration=r.metrics[-1]["iteration"], images=0, metric="time/train_s",

@@ -35,7 +35,14 @@ def add_proposal_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reward-offset", action="append", default=[], metavar="NAME=C", help="add C to every score of "
                    "reward NAME (a reward that can be negative needs it; recorded in the archive)")
     g.add_argument("--no-debias", action="store_true", help="keep the continuations' Monte-Carlo excess in D")
+    g.add_argument("--auto", action="store_true", help="rerun-safe: keep an existing --out archive made with these "
+                   "settings (refuse one made with others); without it an existing archive needs --overwrite")
     g.add_argument("--batch-size", type=int, default=256, help="states per forward pass")
+    g.add_argument("--config", dest="train_config", metavar="YAML", help="a train config (e.g. configs/paper/"
+                   "stage2_ocr.yaml) whose world, world_settings, rewards, num_steps and shift the profile uses; "
+                   "--world, --rewards, --num-steps and --shift given explicitly win")
+    g.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE", help="with --config: a "
+                   "TrainConfig field over the file's, e.g. --set world_settings.reward_root=DIR (repeatable)")
 
 
 def add_weights_parser(sub) -> argparse.ArgumentParser:
@@ -180,6 +187,56 @@ def _check(args: argparse.Namespace, names) -> dict:
     return offsets
 
 
+def config_settings(args: argparse.Namespace, spec: str, names):
+    """With --config: (world spec, reward names, the world's settings object) from the train config file, the flags
+    the user gave explicitly winning; without it, what the flags say and no settings."""
+    if not getattr(args, "train_config", None):
+        return spec, names, None
+    from recast.config import resolve_rewards, resolve_world
+    from recast.configfile import layered_config
+    from recast.world import world_settings
+
+    from recast.config import parse_overrides
+    from recast.configfile import merge_world_settings
+
+    sets: dict = {}
+    for key, value in parse_overrides(args.sets).items():
+        sets[key] = merge_world_settings(sets.get(key, {}), value) if key == "world_settings" else value
+    cfg = layered_config(None, args.train_config, {}, sets)
+    if args.world_given:
+        cfg = cfg.replace(world=args.world)
+    if names:
+        cfg = cfg.replace(rewards=tuple(names))
+    for flag, field in (("num_steps", "num_steps"), ("shift", "shift")):
+        if not getattr(args, f"{flag}_given"):
+            setattr(args, flag, getattr(cfg, field))
+    spec = resolve_world(cfg.world)
+    names = resolve_rewards(cfg, spec)
+    settings, _ = world_settings(spec, cfg.setting, cfg.world_settings, rewards=names)
+    return spec, names, settings
+
+
+def _keep(target: Path, args: argparse.Namespace, names, offsets: dict) -> int:
+    """--auto onto an existing archive: keep it when it was made with these settings, else refuse naming the field."""
+    from recast.archives import load_profile
+
+    meta = load_profile(target).meta
+    want = {"proposal": str(args.proposal), "num_steps": args.num_steps, "shift": args.shift, "seed": args.seed,
+            "num_continuations": args.num_continuations, "num_base": args.num_base, "substeps": args.substeps,
+            "offsets": offsets, "debias": not args.no_debias}
+    diff = [f"{k}: {meta.get(k)!r} there vs {v!r} now" for k, v in want.items() if meta.get(k) != v]
+    have = set(load_profile(target).reward_names)
+    if not set(names) <= have:
+        diff.append(f"rewards: {sorted(have)} there, {sorted(names)} asked")
+    if diff:
+        raise_msg = f"error: --out {target} holds a profile made with other settings ({'; '.join(diff)}); pass " \
+                    "--overwrite to make it again"
+        print(raise_msg, file=sys.stderr)
+        return 2
+    print(f"kept {target}: made with these settings")
+    return 0
+
+
 def run_proposal(args: argparse.Namespace, spec: str, names) -> int:
     """`recast profile --proposal ...`: the density-ratio archive of a world's rewards (and a summary line)."""
     import torch
@@ -190,16 +247,21 @@ def run_proposal(args: argparse.Namespace, spec: str, names) -> int:
     from recast.world import load_world
 
     try:
+        spec, names, settings = config_settings(args, spec, names)
         offsets = _check(args, names)
+        target = Path(args.out) if Path(args.out).suffix == ".npz" else Path(args.out) / "profile.npz"
+        if getattr(args, "auto", False) and target.is_file() and not getattr(args, "overwrite", False):
+            return _keep(target, args, names, offsets)
         out = _out_path(args.out, "profile.npz", getattr(args, "overwrite", False))
         folder = None
         if args.proposal not in ("self", "renderings"):
             folder = read_proposal_folder(args.proposal)
-    except (ValueError, FileNotFoundError, FileExistsError, PermissionError) as err:
+    except (ValueError, FileNotFoundError, FileExistsError, PermissionError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     torch.manual_seed(args.seed)
-    world = load_world(spec, seed=args.seed).to(args.device)
+    world = load_world(spec, seed=args.seed, **({"settings": settings} if settings is not None else {}))
+    world = world.to(args.device)
     world.freeze()
     sigmas = sigma_schedule(args.num_steps, args.shift)
     gen = torch.Generator().manual_seed(args.seed)

@@ -13,7 +13,8 @@ excess (`recast.informativeness.rollout.debiased_values`, as the `rollout` groun
 
 Ratios need a reward that is never negative: a negative score is refused, naming the reward, unless an ``offset``
 (added to every score of that reward, recorded in the profile) makes it non-negative. A prompt whose own samples all
-score 0 on a reward has no ratio for it: its observations are left out of that reward's array (counted in the meta).
+score 0 on a reward: where its continuations score 0 too the ratio is 1 (0 / 0: nothing told apart), where they
+score above 0 the ratio is undefined and that observation is left out of the reward's array (counted in the meta).
 """
 
 from __future__ import annotations
@@ -51,6 +52,15 @@ def _score(world, rewards: dict, x0: torch.Tensor, prompts: list[str], offsets: 
             raise ValueError(f"reward {name!r} scored {low:.4g} < 0: a density ratio needs a non-negative reward; "
                              f"pass --reward-offset {name}=C with C >= {-low:.4g} (recorded in the profile)")
     return scores
+
+
+def _ratio(r: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
+    """r (..., N, K) / mu (N, K); where mu is 0 (every base sample of the prompt scored 0), 0 / 0 is 1 (a reward that
+    never fires for that prompt tells nothing apart) and anything above 0 is undefined (NaN: the observation is left
+    out for that reward)."""
+    zero = mu == 0
+    out = r / torch.where(zero, torch.ones_like(mu), mu)
+    return torch.where(zero, torch.where(r == 0, torch.ones_like(r), torch.full_like(r, float("nan"))), out)
 
 
 @torch.no_grad()
@@ -133,7 +143,7 @@ def density_ratios(world, reward_names: Sequence[str], prompts: Sequence[str], p
         if sigma == 0.0:
             V = _score(world, rewards, proposals, prompts, offsets, batch_size)
             queries += N
-            rho = V / mu_n.clamp_min(1e-300)
+            rho = _ratio(V[None], mu_n)[0]
         else:
             eps = torch.randn(proposals.shape, generator=gen).to(device, proposals.dtype)
             x_sigma = (1 - sigma) * proposals + sigma * eps
@@ -142,16 +152,18 @@ def density_ratios(world, reward_names: Sequence[str], prompts: Sequence[str], p
             r = _score(world, rewards, ends.flatten(0, 1), prompts * M, offsets, batch_size).reshape(M, N, -1)
             queries += M * N
             evals += M * N * (len(grid) - 1)
-            rho_m = r / mu_n.clamp_min(1e-300)[None]
-            rho = debiased_values(rho_m) if debias else rho_m.mean(0)
+            rho_m = _ratio(r, mu_n)
+            rho = debiased_values(rho_m.nan_to_num(1.0)) if debias else rho_m.mean(0)
+            rho[torch.isnan(rho_m).any(0)] = float("nan")
         ratios[:, j] = rho
         if progress:
             progress(f"column {j + 1}/{T} (sigma {sigma:.4f})")
-    kept = mu_n > 0  # (N, K): a prompt whose own samples all score 0 has no ratio for that reward
+    kept = torch.isfinite(ratios).all(1)  # (N, K): an observation with an undefined ratio at some step is left out
     out = {n: ratios[kept[:, k], :, k].numpy() for k, n in enumerate(names)}
     empty = [n for n in names if out[n].shape[0] == 0]
     if empty:
-        raise ValueError(f"rewards {empty} scored 0 on every sample of every prompt: no density ratio exists")
+        raise ValueError(f"rewards {empty}: every observation scored above 0 where the model's own samples of its "
+                         "prompt all score 0, so no density ratio is defined; raise --num-base or pass an offset")
     record = dict(meta or {})
     record.update({"num_observations": N, "num_continuations": M, "num_base": int(num_base), "substeps": int(substeps),
                    "seed": int(seed), "debias": bool(debias), "offsets": offsets, "sampler": "ancestral",

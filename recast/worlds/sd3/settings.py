@@ -57,6 +57,9 @@ class SD3Settings:
                                                         "test": str(DATA_PROMPTS / "compose_test.jsonl")})
     reward_root: str = "reward_ckpts"  # folder holding one subfolder per reward model (docs/paper-scale.md)
     judges: tuple[str, ...] = ()  # held-out rewards reported by `evaluate` (never trained on)
+    reward_scale: dict = field(default_factory=dict)  # reward name -> a factor its scores are multiplied by, for the
+    #                                                   paper's "pre" aggregation, which mixes raw scores: the release's
+    #                                                   PickScore is the logit / 26 ({pickscore: 0.0384615}); {} = as is
     vlm_judge: dict = field(default_factory=dict)  # pairwise VLM judge: {"endpoint": URL, "model": NAME,
     #                                                "api_key_env": VAR} or {"weights": DIR}; {} = none; optional
     #                                                timeout and retries (per request), deadline (s, whole judging)
@@ -85,10 +88,13 @@ PAPER_JUDGES = ("imagereward", "aesthetic", "hpsv3", "unifiedreward")  # the pap
 _QUALITY_PROMPTS = {"train": str(DATA_PROMPTS / "quality_train.txt"), "test": str(DATA_PROMPTS / "quality_test.txt")}
 _COMPOSE_PROMPTS = {"train": str(DATA_PROMPTS / "compose_train.jsonl"),
                     "test": str(DATA_PROMPTS / "compose_test.jsonl")}
+# the release scores PickScore as logit_scale · cos / 26 (ours: logit_scale · cos); its CLIPScore and HPSv2 are cosines,
+# as ours are. Its "pre" aggregation mixes raw scores, so the scale is part of the budget: the stages take its scale.
+RELEASE_SCALES = {"pickscore": 1.0 / 26.0}
 SETTING_DEFAULTS.update({
-    "stage1": {"prompt_files": _QUALITY_PROMPTS, "judges": PAPER_JUDGES},
-    "stage_ocr": {"prompt_files": _COMPOSE_PROMPTS, "judges": PAPER_JUDGES},
-    "stage_geneval": {"prompt_files": _COMPOSE_PROMPTS, "judges": PAPER_JUDGES},
+    "stage1": {"prompt_files": _QUALITY_PROMPTS, "judges": PAPER_JUDGES, "reward_scale": RELEASE_SCALES},
+    "stage_ocr": {"prompt_files": _COMPOSE_PROMPTS, "judges": PAPER_JUDGES, "reward_scale": RELEASE_SCALES},
+    "stage_geneval": {"prompt_files": _COMPOSE_PROMPTS, "judges": PAPER_JUDGES, "reward_scale": RELEASE_SCALES},
 })
 # The tiny random pipeline: its own sizes, and only model-free judges (no reward weights exist for it offline).
 TINY_DEFAULTS = {"resolution": 32, "max_sequence_length": 16, "dtype": "float32"}
@@ -229,6 +235,11 @@ def _resolve(base: dict, setting: str, overrides: dict,
     for name in values.get("judges", ()):
         rewards.get(name)  # unknown judge names are refused here, before any model loads
     _check_vlm(values.get("vlm_judge", {}))
+    for name, factor in values.get("reward_scale", {}).items():
+        if name not in rewards.names() or isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
+                not math.isfinite(factor) or factor <= 0:
+            raise ValueError(f"config field world_settings.reward_scale.{short_repr(name)}: expected a registered "
+                             f"reward and a finite factor > 0, got {short_repr(factor)}")
     settings = SD3Settings(**values)
     plain = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(settings).items()}
     return settings, plain

@@ -132,8 +132,12 @@ class SD3World:
         return (images.float() / 2 + 0.5).clamp(0, 1).to(x.device)
 
     def encode_images(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Images (B, 3, H, W) in [0, 1] -> model-space latents (a sample of the VAE posterior), float32."""
-        vae = self.pipe.vae
+        """Images (B, 3, H, W) in [0, 1] -> model-space latents (a sample of the VAE posterior), float32; images of
+        another size are resized (bicubic, antialiased) to the setting's resolution first."""
+        vae, side = self.pipe.vae, self.settings.resolution
+        if tuple(images.shape[-2:]) != (side, side):
+            images = torch.nn.functional.interpolate(images.float(), size=(side, side), mode="bicubic",
+                                                     antialias=True, align_corners=False).clamp(0, 1)
         dist = vae.encode((images * 2 - 1).to(vae.device, vae.dtype)).latent_dist
         z = dist.sample(generator) if generator is not None else dist.mode()
         return ((z - (vae.config.shift_factor or 0.0)) * vae.config.scaling_factor).float()
@@ -151,7 +155,15 @@ class SD3World:
     def reward(self, name: str, device: str | torch.device):
         import recast.worlds.sd3.rewards as rewards
 
-        return rewards.get(name)(device, root=self.settings.reward_root)
+        fn = rewards.get(name)(device, root=self.settings.reward_root)
+        factor = self.settings.reward_scale.get(name)
+        if factor is None:
+            return fn
+
+        def scaled(images, prompts):  # the setting's scale for this reward (world_settings.reward_scale)
+            return fn(images, prompts) * factor
+
+        return scaled
 
     def load_judges(self, device: str | torch.device) -> None:
         """Load every held-out judge now (the trainer calls this before training, so a judge whose weights are
