@@ -87,6 +87,8 @@ def test_foreign_loop_benchmark_times_the_three_loops_and_writes_the_ratios(tmp_
         assert saved[f"ratio_{mode}_to_plain"] == pytest.approx(out["median_s"][mode] / out["median_s"]["plain"])
         assert saved[f"ratio_{mode}_to_plain"] > 0
     assert len(saved["seconds"]["table"]) == len(saved["seconds"]["plain"]) == len(saved["seconds"]["live"]) == 1
+    assert 0 < saved["table_credit_s_per_iteration"] and saved["table_credit_share_of_plain_iteration"] == \
+        pytest.approx(saved["table_credit_s_per_iteration"] / out["median_s"]["plain"])  # 1 iteration per run here
 
 
 @pytest.fixture(scope="module")
