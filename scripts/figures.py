@@ -40,8 +40,10 @@ RECIPES: dict[str, tuple[tuple[str, ...], str]] = {
               "--out runs/demo5_quality",
               "python -m recast demo --setting timing --methods recast,static --seeds 0,1,2 --out runs/demo_timing"),
              "demo_compose, demo_quality, demo_timing"),
-    "04": (("papermill notebooks/04_w_heatmaps.ipynb runs/figures/04.ipynb -p run_dir runs/demo5_compose/recast/seed_0",),
-           "04_w_heatmaps (after demo)"),
+    "04": (("papermill notebooks/04_w_heatmaps.ipynb runs/figures/04.ipynb --cwd . -p profile "
+            "data/profiles/digit_base_renderings_T6.npz -y 'budgets: [[1, 1, 1, 1, 1], [2, 1, 1, 1, 1], [1, 1, 1, 1, 2]]' "
+            "-p run_dir runs/figures/04_live -p preset reading -p iterations 30",),
+           "04_w_heatmaps (the paper's W per budget), 04_w_heatmaps_live (our live W)"),
     "05": ((f"papermill notebooks/05_lambda_sweep.ipynb runs/figures/05.ipynb {SWEEP} -p results_name lambda_sweep "
             "-p figure_name 05_lambda_sweep -p null_seeds 100",), "05_lambda_sweep_*"),
     "06": ((f"papermill notebooks/06_judge_eval.ipynb runs/figures/06.ipynb {SWEEP} -p num_prompts 64 "
@@ -57,7 +59,7 @@ RECIPES: dict[str, tuple[tuple[str, ...], str]] = {
             "-p results_name replay -p figure_name 08_replay",), "08_replay_*"),
 }
 # measured on 2 cores (research/rounds give each); the order above runs prerequisites first
-TIME = {"00": "1 min", "01": "20 s", "02": "80 min recording + 5 min", "03": "3 min", "demo": "25 min", "04": "30 s",
+TIME = {"00": "1 min", "01": "20 s", "02": "80 min recording + 5 min", "03": "3 min", "demo": "25 min", "04": "3 min",
         "05": "77 min", "06": "40 min", "08": "80 min"}
 
 
