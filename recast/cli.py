@@ -5,7 +5,7 @@
     python -m recast profile --proposal renderings --out P.npz    # the density ratios the paper's W is built from
     python -m recast weights P.npz --lam 2,1,1,1,1 --out T.npz    # the weight table for budgets λ (weights_cli.py)
     python -m recast profile --setting compose --estimator rollout   # when is each reward informative (profile.py)
-    python -m recast paper-eval runs/paper --out runs/paper_eval     # the paper's tables from runs (paper_eval.py)
+    python -m recast paper-eval runs/paper --out runs/paper_eval     # the paper's tables from runs (paper_eval.py, paper_scoring.py)
     python -m recast tiny-sd3 runs/tiny_sd3   # tiny SD3 pipeline and reward folders for the paper-scale commands
 
 Every command runs torch on one CPU thread unless told otherwise (`--set num_threads=N` for train, `--num-threads N`
@@ -57,9 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "default, every core)")
     tiny_sd3.add_parser(sub)
     add_weights_parser(sub)
-    from recast.experiments import paper_eval
+    from recast.experiments import paper_scoring
 
-    paper_eval.add_parser(sub)
+    paper_scoring.add_parser(sub)
     return ap
 
 
@@ -131,9 +131,9 @@ def _main(argv: list[str] | None = None) -> int:
 
         return tiny_sd3.run(args)
     if args.command == "paper-eval":
-        from recast.experiments import paper_eval
+        from recast.experiments import paper_scoring
 
-        return paper_eval.run(args)
+        return paper_scoring.run(args)
     from recast.trainer.rundir import EXIT_BUSY, RunDirBusyError
 
     try:

@@ -12,6 +12,9 @@ module), ``import B.c as d`` names B.c. This counts ``from pkg import sub`` as a
 """
 
 import ast
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -154,3 +157,32 @@ def test_a_submodule_imported_by_its_full_name_is_no_circle(tmp_path):
         "recast/trainer/checkpoint.py": "",
     })
     assert circles(import_graph(root)) == []
+
+
+def test_every_module_outside_the_worlds_imports_without_diffusers():
+    """The trainer, the credit package, the offline solver and the CLI import on a machine with no diffusers: only a
+    world that wraps a diffusers pipeline may need it (imported lazily, when that world is chosen)."""
+    code = textwrap.dedent("""
+        import importlib, importlib.abc, pkgutil, sys
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "diffusers":
+                    raise ImportError("blocked: " + name)
+        sys.meta_path.insert(0, Block())
+        import recast
+        bad, seen = [], 0
+        for m in pkgutil.walk_packages(recast.__path__, "recast."):
+            if ".worlds." in m.name or m.name.endswith("__main__"):
+                continue
+            seen += 1
+            try:
+                importlib.import_module(m.name)
+            except ImportError as e:
+                bad.append((m.name, str(e)[:80]))
+        assert not [k for k in sys.modules if k.split(".")[0] == "diffusers"]
+        print(seen, bad)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen, bad = out.stdout.split(" ", 1)
+    assert int(seen) > 30 and bad.strip() == "[]", out.stdout

@@ -10,9 +10,9 @@ import shutil
 import pytest
 import torch
 
-from recast.experiments.paper_eval import (RELEASE_SCALES, find_runs, identify, main, markdown, matched_pairs,
+from recast.experiments.paper_eval import (RELEASE_SCALES, find_runs, identify, markdown, matched_pairs,
                                            paper_budgets, paper_table, pairwise_summary)
-from recast.experiments.paper_scoring import ScoreCache, base_key, evaluate_paper
+from recast.experiments.paper_scoring import ScoreCache, base_key, evaluate_paper, main
 
 
 def test_paper_budgets_are_the_five_of_the_page():
@@ -166,12 +166,12 @@ def test_end_to_end_on_the_digit_world_and_the_cache(digit_runs, tmp_path):
     assert (again.sampled, again.scored, again.judged) == (0, 0, 0) and again.settings[setting]["table"] == v["table"]
     more = evaluate_paper([digit_runs], out=tmp_path / "eval", **{**kw, "judges": ("clean", "contrast")})
     assert (more.sampled, more.scored, more.judged) == (10, 10, 0)
-    # a checkpoint replaced by another run's (of the same base): its scores are that run's, cached under its hash;
-    # only the pair it forms now is new, so both its policies are sampled for the pairwise judge
+    # a checkpoint replaced by another run's is refused with the reason before anything is sampled
+    own = (run / "checkpoint.pt").read_bytes()
     shutil.copy(digit_runs / "equal" / "recast" / "seed_1" / "checkpoint.pt", run / "checkpoint.pt")
-    changed = evaluate_paper([digit_runs], out=tmp_path / "eval", **kw)
-    assert (changed.sampled, changed.scored, changed.judged) == (2, 0, 1)
-    assert changed.settings[setting]["runs"][str(run)] == v["runs"][str(digit_runs / "equal" / "recast" / "seed_1")]
+    with pytest.raises(ValueError, match="is not the checkpoint of the run.*lam"):
+        evaluate_paper([digit_runs], out=tmp_path / "eval", **kw)
+    (run / "checkpoint.pt").write_bytes(own)
     # new weights in a run: only that run is sampled and scored, and its pair judged again
     from recast.trainer.checkpoint import load_checkpoint, save_checkpoint
 
@@ -212,7 +212,8 @@ def test_cli_writes_the_tables_and_refuses_bad_input(digit_runs, tmp_path, capsy
 
 
 def test_sd3_path_with_the_pairwise_vlm_judge_in_both_positions(tmp_path, monkeypatch):
-    """A recast / uniform pair on the tiny SD3 pipeline, a model-free judge, and the pairwise VLM judge against a stub
+    """A recast_live / static pair on the tiny SD3 pipeline (no density-ratio profile is committed for it, so the live
+    variant stands in for ReCAST), a model-free judge, and the pairwise VLM judge against a stub
     endpoint that prefers the brighter image: every pair is shown once in each order, and the two verdicts, mapped
     back to "ReCAST vs static", agree."""
     from test_vlm_judge import _Endpoint
@@ -222,11 +223,11 @@ def test_sd3_path_with_the_pairwise_vlm_judge_in_both_positions(tmp_path, monkey
         monkeypatch.delenv(var.upper(), raising=False)
     ep = _Endpoint()
     try:
-        for method in ("recast", "uniform"):
+        for method in ("recast_live", "static"):
             _train(tmp_path / "runs" / method, world="sd3-tiny", method=method, seed=0, lam=(1.0, 1.0),
                    rewards=("jpeg", "colour_entropy"), num_steps=3)
         vlm = {"vlm_judge": {"endpoint": ep.url, "model": "stub", "retries": 0}}
-        r = evaluate_paper([tmp_path / "runs"], out=tmp_path / "eval", static="uniform", num_prompts=3,
+        r = evaluate_paper([tmp_path / "runs"], out=tmp_path / "eval", recast="recast_live", num_prompts=3,
                            judges=("dark_fraction",), world_settings=vlm)
         v = r.settings["jpeg+colour_entropy"]
         assert [row["metric"] for row in v["table"]] == ["jpeg", "colour_entropy", "aggregate", "dark_fraction"]
@@ -235,7 +236,7 @@ def test_sd3_path_with_the_pairwise_vlm_judge_in_both_positions(tmp_path, monkey
         assert len(images) == 6 and all(images[i] == images[i + 3][::-1] for i in range(3))  # both orders, per pair
         pw = v["pairwise"]
         assert pw.wins + pw.losses + pw.ties + pw.abstained == 6 and pw.position_agreement == 1.0
-        again = evaluate_paper([tmp_path / "runs"], out=tmp_path / "eval", static="uniform", num_prompts=3,
+        again = evaluate_paper([tmp_path / "runs"], out=tmp_path / "eval", recast="recast_live", num_prompts=3,
                                judges=("dark_fraction",), world_settings=vlm)
         assert (again.sampled, again.judged, len(ep.requests)) == (0, 0, 6)  # cached: no new request
     finally:

@@ -24,7 +24,9 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["file_sha256", "spec_hash", "base_key", "ScoreCache", "PaperEval", "evaluate_paper"]
+from recast.experiments.paper_eval import find_runs, identify, markdown, matched_pairs, paper_table, pairwise_summary
+
+__all__ = ["file_sha256", "spec_hash", "base_key", "ScoreCache", "PaperEval", "evaluate_paper", "add_parser", "run", "main"]
 
 
 def file_sha256(path: str | Path) -> str:
@@ -90,7 +92,6 @@ class PaperEval:
     judged: int = 0
 
     def markdown(self) -> str:
-        from recast.experiments.paper_eval import markdown
 
         return "\n\n".join(markdown(s, v["table"], v["pairwise"]) for s, v in self.settings.items())
 
@@ -182,7 +183,6 @@ def evaluate_paper(run_dirs, *, out: str | Path | None = None, cache_dir: str | 
     Raises:
         ValueError: no matched pair, two runs in one cell, or bad arguments. FileNotFoundError: a missing run.
     """
-    from recast.experiments.paper_eval import find_runs, identify, matched_pairs, paper_table, pairwise_summary
 
     if num_prompts < 0 or pairwise_prompts < 0 or batch_size < 1 or which not in ("ema", "params"):
         raise ValueError("need num_prompts >= 0, pairwise_prompts >= 0, batch_size >= 1, which ema | params")
@@ -260,7 +260,6 @@ def evaluate_paper(run_dirs, *, out: str | Path | None = None, cache_dir: str | 
 
 
 def _write(out: Path, result: PaperEval) -> None:
-    from recast.experiments.paper_eval import markdown
     from recast.io import atomic_write_bytes, write_csv, write_json
 
     out.mkdir(parents=True, exist_ok=True)
@@ -271,3 +270,65 @@ def _write(out: Path, result: PaperEval) -> None:
     for setting, v in result.settings.items():
         write_csv(out / f"paper_{setting}.csv", v["table"])
         atomic_write_bytes(out / f"paper_{setting}.md", (markdown(setting, v["table"], v["pairwise"]) + "\n").encode())
+
+
+def add_parser(sub):
+    """Register the `paper-eval` subcommand on an argparse subparsers object."""
+    p = sub.add_parser("paper-eval", help="the paper's tables (base, static, ReCAST, wins) and pairwise judge from "
+                       "run folders, cached per checkpoint")
+    p.add_argument("runs", nargs="+", help="run folders, or folders holding them")
+    p.add_argument("--out", required=True, help="folder for paper_eval.json, paper_<setting>.{csv,md} and the cache")
+    p.add_argument("--cache", help="score cache folder (default OUT/cache)")
+    p.add_argument("--num-prompts", type=int, default=0, help="held-out prompts per policy (0: the split's, once)")
+    p.add_argument("--split", default="test", help="prompt split")
+    p.add_argument("--noise-seed", type=int, default=0, help="seed of the starting noise every policy shares")
+    p.add_argument("--judges", help="comma-separated held-out judges (default: the world's configured judges)")
+    p.add_argument("--no-pairwise", action="store_true", help="skip the pairwise judge")
+    p.add_argument("--pairwise-prompts", type=int, default=0, help="prompts per pair for the pairwise judge (0: all)")
+    p.add_argument("--vlm-endpoint", help="pairwise judge: an OpenAI-compatible endpoint (with --vlm-model)")
+    p.add_argument("--vlm-model", help="pairwise judge: the served model name")
+    p.add_argument("--which", default="ema", choices=("ema", "params"), help="the weights sampled (equal at "
+                   "ema_decay 0, the paper's)")
+    p.add_argument("--recast-method", default="recast", help="the config method that is ReCAST")
+    p.add_argument("--static-method", default="static", help="the config method that is the static baseline")
+    p.add_argument("--device", default="cpu", help="cpu | cuda")
+    p.add_argument("--batch-size", type=int, default=16, help="images per sampling and scoring pass")
+    return p
+
+
+def run(args) -> int:
+    """The `paper-eval` command: writes the tables and prints them; bad input exits 2 with one line."""
+    import sys
+
+    if bool(args.vlm_endpoint) != bool(args.vlm_model):
+        print("error: --vlm-endpoint and --vlm-model go together", file=sys.stderr)
+        return 2
+    settings = {"vlm_judge": {"endpoint": args.vlm_endpoint, "model": args.vlm_model}} if args.vlm_endpoint else None
+    try:
+        result = evaluate_paper(args.runs, out=args.out, cache_dir=args.cache, num_prompts=args.num_prompts,
+                                split=args.split, noise_seed=args.noise_seed,
+                                judges=[j for j in args.judges.split(",") if j] if args.judges else None,
+                                pairwise=not args.no_pairwise, pairwise_prompts=args.pairwise_prompts,
+                                which=args.which, device=args.device, batch_size=args.batch_size,
+                                recast=args.recast_method, static=args.static_method, world_settings=settings)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(result.markdown())
+    print(f"\n{result.sampled} policies sampled, {result.scored} scores and {result.judged} pairs computed "
+          f"(the rest from the cache); {len(result.alone)} runs without a partner; tables in {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m recast.experiments.paper_scoring RUNS... --out DIR` (the same as `python -m recast paper-eval`)."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m recast.experiments")
+    add_parser(ap.add_subparsers(dest="command", required=True))
+    return run(ap.parse_args(["paper-eval", *(sys.argv[1:] if argv is None else argv)]))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
