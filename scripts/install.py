@@ -59,12 +59,18 @@ def stale_install(root: Path = ROOT) -> bool:
     (the name of an unrelated package on the public index; the distribution is `recast-credit` now)."""
     import importlib.metadata
     import json
+    import sysconfig
 
-    try:
-        text = importlib.metadata.distribution("recast").read_text("direct_url.json")
-        return json.loads(text or "{}").get("url") == root.resolve().as_uri()
-    except (importlib.metadata.PackageNotFoundError, ValueError):
-        return False
+    # only the environment's own site-packages: a `recast.egg-info` left in the working directory by an old build
+    # is on sys.path when Python runs from the checkout, and is no install
+    site = list(dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")))
+    for dist in importlib.metadata.distributions(name="recast", path=site):
+        try:
+            if json.loads(dist.read_text("direct_url.json") or "{}").get("url") == root.resolve().as_uri():
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def plan(python: str, *, variant: str = "cpu", system: str = "Linux", reachable: bool = True,

@@ -83,6 +83,29 @@ def test_an_install_under_the_old_name_is_removed_before_the_package_goes_in(tmp
     assert install.stale_install(tmp_path) is False  # no editable install of that folder in this environment
 
 
+def test_the_old_install_is_found_in_site_packages_only(tmp_path, monkeypatch):
+    """An editable `recast` of this checkout in site-packages is stale; one of another folder is not; a
+    `recast.egg-info` in the working directory (an old build's leftover on sys.path) is no install at all."""
+    import json
+    import sysconfig
+
+    site, cwd, checkout = tmp_path / "site", tmp_path / "cwd", tmp_path / "checkout"
+    for d in (site, cwd, checkout):
+        d.mkdir()
+    info = site / "recast-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: recast\nVersion: 0.1\n")
+    (info / "direct_url.json").write_text(json.dumps({"url": checkout.resolve().as_uri(), "dir_info": {}}))
+    (cwd / "recast.egg-info").mkdir()
+    (cwd / "recast.egg-info" / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: recast\nVersion: 0.1\n")
+    monkeypatch.syspath_prepend(str(cwd))
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"purelib": str(site), "platlib": str(site)})
+    assert install.stale_install(checkout) is True
+    assert install.stale_install(tmp_path) is False
+    info.rename(tmp_path / "gone")  # only the working directory's egg-info is left
+    assert install.stale_install(checkout) is False
+
+
 def test_plan_refuses_an_unknown_variant():
     with pytest.raises(ValueError, match="--torch must be one of cpu, cuda, got 'rocm'"):
         install.plan(PY, variant="rocm")
@@ -146,12 +169,14 @@ def test_the_script_prints_the_pip_commands_it_would_run_with_the_index_up_and_d
     up = _dry_run(index)
     assert up.returncode == 0, up.stderr
     commands = [line[2:] for line in up.stdout.splitlines() if line.startswith("$ ")]
-    assert commands == [" ".join(c) for c in install.plan(sys.executable, reachable=True, pin=pin, index=index)]
+    assert commands == [" ".join(c) for c in install.plan(sys.executable, reachable=True, pin=pin, index=index,
+                                                                      stale=install.stale_install())]
     assert f"--index-url {index} {pin}" in commands[1]
     down = _dry_run(closed_port)
     assert down.returncode == 0, down.stderr
     commands = [line[2:] for line in down.stdout.splitlines() if line.startswith("$ ")]
-    assert commands == [" ".join(c) for c in install.plan(sys.executable, reachable=False, pin=pin)]
+    assert commands == [" ".join(c) for c in install.plan(sys.executable, reachable=False, pin=pin,
+                                                                      stale=install.stale_install())]
     assert "is not reachable" in down.stderr and "--index-url" not in down.stdout
 
 
