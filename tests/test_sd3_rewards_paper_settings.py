@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+import numpy as np
+
+from recast.archives import DensityProfile, save_profile
 from recast.config import preset
 from recast.configfile import layered_config, sweep_section
 from recast.experiments.paper_eval import paper_budgets
@@ -16,6 +19,19 @@ from recast.worlds.sd3.settings import PAPER_JUDGES, resolve_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"stage1": ("stage1", 121), "stage2_ocr": ("stage_ocr", 61), "stage2_geneval": ("stage_geneval", 61)}
+
+
+def _profile(path: Path, num_steps: int) -> str:
+    """A synthetic density-ratio profile of every reward of the paper's settings on the release's grid (shift 3), in
+    place of the one `recast profile` makes from SD3.5-Medium's proposals (what the configs name)."""
+    from recast.sampling import sigma_schedule
+
+    rng = np.random.default_rng(0)
+    names = sorted({n for s in ("stage1", "stage_ocr", "stage_geneval") for n in rewards.SETTINGS[s]})
+    ratios = {n: rng.gamma(2.0, 0.5, size=(16, num_steps)) for n in names}
+    save_profile(DensityProfile(sigma_schedule(num_steps, 3.0).double().numpy(), ratios, {"proposal": "synthetic"}),
+                 path)
+    return str(path)
 
 
 def test_staged_settings_and_their_judges():
@@ -55,8 +71,12 @@ def test_config_holds_the_release_recipe_and_validates_offline(name, tmp_path):
     plan = process_plan(cfg, 8)  # 48 prompt groups, 1,152 images an epoch; ~24 samples per forward per column
     assert (plan.prompts_per_gpu, plan.images_per_gpu, plan.global_images) == (6, 144, 1152)
     assert round(cfg.B * cfg.train_columns / cfg.num_steps / cfg.grad_accum) == 23
-    spec = validate(layered_config(None, path, sets={"device": "cpu",
-                                                      "world": "sd3:stabilityai/stable-diffusion-3.5-medium"}), tmp_path)
+    assert cfg.weight_file == "profiles/sd35_T25.npz"  # the profile the docs' first command writes
+    sets = {"device": "cpu", "world": "sd3:stabilityai/stable-diffusion-3.5-medium"}
+    with pytest.raises(FileNotFoundError, match="weight_file: profiles/sd35_T25.npz: no such file"):
+        validate(layered_config(None, path, sets=sets), tmp_path)  # before it is made: refused before any load
+    sets["weight_file"] = _profile(tmp_path / "p.npz", 25)
+    spec = validate(layered_config(None, path, sets=sets), tmp_path / "run")
     assert spec.reward_names == rewards.SETTINGS[setting]
     assert spec.lam.tolist() == pytest.approx([1 / len(spec.reward_names)] * len(spec.reward_names))
     sweep = sweep_section(path)
@@ -66,8 +86,9 @@ def test_config_holds_the_release_recipe_and_validates_offline(name, tmp_path):
     assert layered_config(None, f"{path},configs/smoke.yaml").device == "cpu"  # the smoke layer shrinks it
 
 
-def test_the_sd35_preset_is_untouched():
-    assert (preset("sd35").num_steps, preset("sd35").setting) == (10, "composition")
+def test_the_sd35_preset_is_the_release_grid_and_needs_a_profile():
+    p = preset("sd35")
+    assert (p.num_steps, p.shift, p.setting, p.method, p.weight_file) == (25, 3.0, "composition", "recast", "")
 
 
 @pytest.mark.slow
@@ -88,7 +109,8 @@ def test_a_paper_config_trains_on_the_tiny_pipeline_with_every_reward_and_judge(
         (root / "unifiedreward" / "endpoint.json").write_text(json.dumps({"endpoint": ep.url, "model": "ur2"}))
         out = tmp_path / "run"
         assert main(["train", "--config", "configs/paper/stage2_geneval.yaml,configs/smoke.yaml", "--world",
-                     f"sd3:{pipe}", "--set", f"world_settings.reward_root={root}", "--out", str(out)]) == 0
+                     f"sd3:{pipe}", "--set", f"world_settings.reward_root={root}", "--set",
+                     f"weight_file={_profile(tmp_path / 'p.npz', 3)}", "--out", str(out)]) == 0
         last = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()][-1]
         assert {f"judge/{j}" for j in PAPER_JUDGES} <= set(last)
         assert last["judge/unifiedreward"] == pytest.approx(3.0) and len(ep.requests) > 0
