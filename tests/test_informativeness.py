@@ -153,6 +153,43 @@ def test_tweedie_is_invariant_to_affine_proxy_and_fills_missing_columns():
 def test_tweedie_bad_shapes():
     with pytest.raises(ValueError, match="same N"):
         tweedie_discriminability(np.ones(5), np.ones((3, 4)))
+    with pytest.raises(ValueError, match="needs rng"):
+        tweedie_discriminability(np.ones(5), np.ones((3, 5)), bootstrap=4)
+    pp = np.ones((2, 3, 5))
+    pp[1, 1, 0] = np.nan  # the second reward was not scored on a sample the first was
+    with pytest.raises(ValueError, match="same samples"):
+        tweedie_discriminability(np.ones((2, 5)), pp, bootstrap=4, rng=np.random.default_rng(0))
+
+
+def test_tweedie_bootstrap_is_the_point_estimate_of_each_rows_resampled_pairs():
+    """Replicate r's clean row is the estimate on the r-th resample of all N samples; its interior row j the
+    estimate on the r-th resample of row j's own pairs (draws in grid order, one per row for every reward); a row
+    with under 3 pairs is interpolated as in the point estimate."""
+    rng = np.random.default_rng(5)
+    K, N, T, R = 2, 30, 4, 6
+    pc = rng.gamma(2.0, 1.0, (K, N))
+    pp = np.full((K, T + 1, N), np.nan)
+    for i in range(N):
+        for j in rng.choice(np.arange(1, T), 2, replace=False):
+            pp[:, j, i] = pc[:, i] + rng.normal(0, 0.2 * j, K)
+    pp[:, 2] = np.nan
+    pp[:, 2, :2] = 1.0  # row 2: two pairs, too few
+    boot = tweedie_discriminability(pc, pp, 2.0, bootstrap=R, rng=np.random.default_rng(9))
+    assert boot.shape == (R, K, T + 1) and (boot[:, :, 0] == 0).all()
+    draws = np.random.default_rng(9)
+    idx = draws.integers(0, N, size=(R, N))
+    sel = {j: draws.integers(0, int(np.isfinite(pp[0, j]).sum()), size=(R, int(np.isfinite(pp[0, j]).sum())))
+           for j in (1, 3)}
+    for r in range(R):
+        clean = tweedie_discriminability(pc[:, idx[r]], pp[:, :, idx[r]] * np.nan)
+        torch.testing.assert_close(boot[r, :, T], clean[:, T], rtol=0, atol=1e-12)
+        for j in (1, 3):
+            ok = np.isfinite(pp[0, j])
+            rows = tweedie_discriminability(pc[:, ok][:, sel[j][r]], pp[:, :, ok][:, :, sel[j][r]])
+            torch.testing.assert_close(boot[r, :, j], rows[:, j], rtol=0, atol=1e-12)
+        torch.testing.assert_close(boot[r, :, 2], (boot[r, :, 1] + boot[r, :, 3]) / 2, rtol=0, atol=1e-12)
+    one = tweedie_discriminability(pc[0], pp[0], 2.0, bootstrap=R, rng=np.random.default_rng(9))
+    torch.testing.assert_close(one, boot[:, 0], rtol=0, atol=0)  # one reward: the same draws, the same rows
 
 
 def test_posterior_estimator_endpoints_monotone_and_deterministic():

@@ -237,7 +237,8 @@ def _fill_missing(D: np.ndarray) -> np.ndarray:
     return np.interp(idx, idx[known], D[known])
 
 
-def tweedie_discriminability(p_clean, p_proxy, alpha: float = 2.0) -> torch.Tensor:
+def tweedie_discriminability(p_clean, p_proxy, alpha: float = 2.0, *, bootstrap: int = 0,
+                             rng: np.random.Generator | None = None) -> torch.Tensor:
     """The `tweedie` estimator of D over the grid, from one-step predictions (docs/method.md §5, estimator 1).
 
     At each interior grid point j the predictor f = p_k(x0_hat(x_{σ_j})) is calibrated against the clean p_k(x_0) out
@@ -246,31 +247,52 @@ def tweedie_discriminability(p_clean, p_proxy, alpha: float = 2.0) -> torch.Tens
     under-estimates Var V, so D_j is a lower bound that becomes exact as σ → 0. With α = 2 and a predictor of
     correlation R with p, D_j ≈ log(1 + R² · CV(p)²), without the in-sample (1 − R²)/(n − 1) inflation.
 
+    With ``bootstrap = R`` the same estimator runs on R resamples at once (the tracker's noise band): each grid row
+    is resampled with replacement on its own pairs (rows hold different samples: each was trained at a few steps),
+    the clean row on all N, with one draw per row shared by every reward (they score the same samples). Draws are
+    made row by row in grid order from ``rng``.
+
     Args:
         p_clean: p_k(x_0) for N samples, shape (N,), or (K, N) for K rewards at once.
         p_proxy: p_k(x̂_0) at each grid point for the same samples, shape (T+1, N) (or (K, T+1, N)). Rows 0 (σ = 1)
             and T (σ = 0) are not used and may be NaN. NaN entries inside a row are left out of its calibration;
             a row with fewer than 3 pairs (a column not evaluated) is filled by linear interpolation of D.
         alpha: Rényi order α > 0.
+        bootstrap: resamples (0: the point estimate). Needs every reward's row to hold the same samples.
+        rng: the resamples' generator (required with bootstrap).
 
     Returns:
-        D, float64 tensor (T+1,) (or (K, T+1)): D[0] = 0, D[T] = the clean-sample value. Not yet projected onto
-        monotone sequences (the tracker does that).
+        D, float64 tensor (T+1,) (or (K, T+1)); with bootstrap, (R, T+1) (or (R, K, T+1)): D[0] = 0, D[T] = the
+        clean-sample value. Not yet projected onto monotone sequences (the tracker does that).
     """
     pc = _as_numpy(p_clean, "p_clean")
     pp = _as_numpy(p_proxy, "p_proxy")
     if pc.ndim == 2:
         if pp.ndim != 3 or pp.shape[0] != pc.shape[0]:
             raise ValueError(f"p_proxy must be (K, T+1, N) for p_clean (K, N), got {pp.shape} and {pc.shape}")
-        return torch.stack([tweedie_discriminability(pc[k], pp[k], alpha) for k in range(pc.shape[0])])
-    if pc.ndim != 1 or pp.ndim != 2 or pp.shape[1] != pc.shape[0]:
+    elif pc.ndim != 1 or pp.ndim != 2 or pp.shape[1] != pc.shape[0]:
         raise ValueError(f"p_clean must be (N,) and p_proxy (T+1, N) with the same N, got {pc.shape} and {pp.shape}")
-    if pp.shape[0] < 2:
-        raise ValueError(f"p_proxy needs T+1 >= 2 grid rows, got {pp.shape[0]}")
+    if pp.shape[-2] < 2:
+        raise ValueError(f"p_proxy needs T+1 >= 2 grid rows, got {pp.shape[-2]}")
     if not np.isfinite(pc).all():
         raise ValueError("p_clean contains NaN or inf")
     if not (alpha > 0) or not math.isfinite(alpha):
         raise ValueError(f"alpha must be finite and > 0, got {alpha}")
+    if bootstrap < 0 or (bootstrap and rng is None):
+        raise ValueError(f"bootstrap must be >= 0 and needs rng, got {bootstrap} and {rng!r}")
+    one = pc.ndim == 1
+    pc, pp = (pc[None], pp[None]) if one else (pc, pp)
+    if bootstrap:
+        if not (np.isfinite(pp) == np.isfinite(pp[:1])).all():
+            raise ValueError("bootstrap needs every reward scored on the same samples at each grid row")
+        D = _tweedie_resampled(pc, pp, alpha, bootstrap, rng)
+        return torch.from_numpy(D[:, 0] if one else D)
+    D = np.stack([_tweedie_rows(pc[k], pp[k], alpha) for k in range(pc.shape[0])])
+    return torch.from_numpy(D[0] if one else D)
+
+
+def _tweedie_rows(pc: np.ndarray, pp: np.ndarray, alpha: float) -> np.ndarray:
+    """D (T+1,) of one reward: pc (N,), pp (T+1, N), checked."""
     T = pp.shape[0] - 1
     D = np.full(T + 1, np.nan)
     D[0] = 0.0
@@ -279,7 +301,27 @@ def tweedie_discriminability(p_clean, p_proxy, alpha: float = 2.0) -> torch.Tens
         ok = np.isfinite(pp[j])
         if ok.sum() >= 3:
             D[j] = renyi_rows(loo_calibrated_values(pc[ok], pp[j, ok]), alpha)
-    return torch.from_numpy(_fill_missing(D))
+    return _fill_missing(D)
+
+
+def _tweedie_resampled(pc: np.ndarray, pp: np.ndarray, alpha: float, R: int, rng: np.random.Generator) -> np.ndarray:
+    """D (R, K, T+1) of R resamples (`tweedie_discriminability`'s bootstrap): every row is `_tweedie_rows`' row on
+    resampled pairs, all R at once."""
+    K, N = pc.shape
+    T = pp.shape[1] - 1
+    D = np.full((R, K, T + 1), np.nan)
+    D[:, :, 0] = 0.0
+    idx = rng.integers(0, N, size=(R, N))
+    D[:, :, T] = np.stack([renyi_rows(loo_calibrated_values(pc[k][idx], pc[k][idx]), alpha) for k in range(K)], 1)
+    for j in range(1, T):
+        ok = np.isfinite(pp[0, j])
+        n = int(ok.sum())
+        if n < 3:
+            continue
+        sel = rng.integers(0, n, size=(R, n))
+        for k in range(K):
+            D[:, k, j] = renyi_rows(loo_calibrated_values(pc[k][ok][sel], pp[k, j][ok][sel]), alpha)
+    return np.stack([np.stack([_fill_missing(D[r, k]) for k in range(K)]) for r in range(R)])
 
 
 def posterior_discriminability(x0, p, sigmas, alpha: float = 2.0, generator: torch.Generator | None = None):

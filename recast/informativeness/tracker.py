@@ -16,9 +16,7 @@ import numpy as np
 import torch
 
 from recast.informativeness.discriminability import (
-    loo_calibrated_values,
     pav_nondecreasing,
-    renyi_rows,
     telescoping_gains,
     tweedie_discriminability,
 )
@@ -143,30 +141,12 @@ class InformativenessTracker:
         return self.update(D)
 
     def _bootstrap(self, pc: np.ndarray, pp: np.ndarray) -> torch.Tensor:
-        """Gains (R, K, T) from D re-estimated on resampled pairs (each grid row resampled on its own pairs)."""
+        """Gains (R, K, T) from D re-estimated by `tweedie_discriminability` on R resamples (each grid row resampled
+        on its own pairs)."""
         rng = np.random.default_rng([self.seed, self.num_updates])
         R, K, T = self.bootstrap, self.K, self.T
-        D = np.zeros((R, K, T + 1))
-        idx = rng.integers(0, pc.shape[1], size=(R, pc.shape[1]))
-        D[:, :, T] = np.stack([renyi_rows(loo_calibrated_values(pc[k][idx], pc[k][idx]), self.alpha)
-                               for k in range(K)], 1)
-        for j in range(1, T):
-            ok = np.isfinite(pp[0, j])
-            n = int(ok.sum())
-            if n < 3:
-                D[:, :, j] = np.nan
-                continue
-            sel = rng.integers(0, n, size=(R, n))
-            for k in range(K):
-                y, f = pc[k][ok][sel], pp[k, j][ok][sel]
-                D[:, k, j] = renyi_rows(loo_calibrated_values(y, f), self.alpha)
-        for r in range(R):  # interpolate rows with too few pairs, as the point estimate does
-            for k in range(K):
-                row = D[r, k]
-                if not np.isfinite(row).all():
-                    known = np.isfinite(row)
-                    D[r, k] = np.interp(np.arange(T + 1), np.flatnonzero(known), row[known])
-        return telescoping_gains(torch.from_numpy(D.reshape(R * K, T + 1))).reshape(R, K, T)
+        D = tweedie_discriminability(pc, pp, self.alpha, bootstrap=R, rng=rng)  # (R, K, T+1)
+        return telescoping_gains(D.reshape(R * K, T + 1)).reshape(R, K, T)
 
     # ------------------------------------------------------------------ W
     def pairs_per_row(self) -> torch.Tensor:
