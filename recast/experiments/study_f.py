@@ -26,7 +26,8 @@ from pathlib import Path
 
 from recast.experiments.sweep import SweepRun, run_sweep
 
-__all__ = ["ARMS", "SETTINGS", "SEEDS", "STAGE_DIR", "budgets", "plan", "make_tables", "record", "collect"]
+__all__ = ["ARMS", "SETTINGS", "SEEDS", "STAGE_DIR", "budgets", "plan", "make_tables", "record", "collect", "missing",
+           "complete_arms"]
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGE_DIR = ROOT / "research" / "study" / "F"
@@ -167,6 +168,17 @@ def run(*, jobs: int = 2, arms=tuple(ARMS), chunk: int = 4, commit: bool = False
             _commit_records(written, f"Study stage F: {len(written)} run records ({', '.join(sorted({f'{r.setting}/{r.method}' for r in batch}))})")
         print(f"{min(i + chunk, len(todo))}/{len(todo)} done, {rep.wall_time_s:.0f} s for this batch", flush=True)
     return 1 if failed else 0
+
+
+def missing(arms=tuple(ARMS), records: Path = RECORDS) -> list[SweepRun]:
+    """The planned runs of these arms that have no record yet."""
+    return [r for r in plan(arms=arms) if not record_path(r, records).is_file()]
+
+
+def complete_arms(records: Path = RECORDS) -> tuple[str, ...]:
+    """The arms every planned run of which has a record: the only ones the analysis reads (the amendment reads
+    nothing of an arm until its runs are in)."""
+    return tuple(a for a in ARMS if not missing((a,), records))
 
 
 def collect(records_dir: Path = RECORDS) -> list[dict]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["COMPARISONS", "PRIMARY_JUDGE", "TOST_MARGIN", "finals", "composite", "paired", "paper_table", "analyse",
-           "report", "main"]
+           "report", "readable", "page_block", "main"]
 
 COMPARISONS = (("recast", "static"), ("recast", "recast_self"), ("recast", "recast_live"), ("recast", "reading"))
 PRIMARY_JUDGE = {"compose": "judge/color", "quality": "judge/fid"}  # stage A's primary judges, reported beside P1
@@ -193,15 +193,48 @@ def report(tables: dict[str, list[dict]]) -> str:
     return "\n".join(out)
 
 
+PAGE = Path(__file__).resolve().parents[2] / "research" / "study" / "README.md"
+PAGE_MARKS = ("<!-- report:F -->\n", "<!-- /report:F -->")
+
+
+def readable(rows: list[dict], records: Path | None = None) -> list[dict]:
+    """The rows of the arms whose runs are all in (`study_f.complete_arms`); the rest are not read yet.
+
+    Raises:
+        ValueError: the primary pair (static, recast) is not complete: nothing of the stage is read before it is.
+    """
+    from recast.experiments import study_f
+
+    records = study_f.RECORDS if records is None else records
+    done = study_f.complete_arms(records)
+    if not {"static", "recast"} <= set(done):
+        left = len(study_f.missing(("static", "recast"), records))
+        raise ValueError(f"{left} of the static/recast runs have no record yet: the amendment reads nothing of "
+                         "stage F until its primary pair is in (`python -m recast.experiments.study_f list`)")
+    return [r for r in rows if r["arm"] in done]
+
+
+def page_block(tables: dict[str, list[dict]], records: Path | None = None) -> str:
+    """The results page's stage-F block: `report`, then the arms not yet read with the command that continues them."""
+    from recast.experiments import study_f
+
+    records = study_f.RECORDS if records is None else records
+    left = {a: len(study_f.missing((a,), records)) for a in study_f.ARMS}
+    todo = [f"`{a}` ({n} of {len(study_f.plan(arms=(a,)))} runs to go)" for a, n in left.items() if n]
+    tail = ["", f"Not yet run, so not read: {', '.join(todo)}; `python -m recast.experiments.study_f run --jobs 2 "
+            "--commit` continues them, `list` prints each command."] if todo else []
+    return report(tables) + "\n".join(tail) + ("\n" if tail else "")
+
+
 def main(argv=None) -> int:
-    """`python -m recast.experiments.study_f_analysis analyse | report | figures [--figures DIR]`."""
+    """`python -m recast.experiments.study_f_analysis analyse | report | page | figures [--figures DIR]`."""
     import argparse
 
     from recast.experiments.study import STUDY_DIR, _read
-    from recast.io import write_csv
+    from recast.io import atomic_write_bytes, write_csv
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("command", choices=("analyse", "report", "figures"))
+    ap.add_argument("command", choices=("analyse", "report", "page", "figures"))
     ap.add_argument("--figures", default="runs/study/figures", help="where `figures` writes (the page's: "
                     "research/study/figures)")
     a = ap.parse_args(argv)
@@ -211,9 +244,20 @@ def main(argv=None) -> int:
     if not path.is_file():
         print(f"error: {path} is missing: run `python -m recast.experiments.study_f collect` first", file=sys.stderr)
         return 2
-    tables = analyse(_read(path))
+    try:
+        tables = analyse(readable(_read(path)))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if command == "report":
         print(report(tables), end="")
+        return 0
+    if command == "page":
+        text = PAGE.read_text()
+        head, rest = text.split(PAGE_MARKS[0], 1)
+        _, tail = rest.split(PAGE_MARKS[1], 1)
+        atomic_write_bytes(PAGE, (head + PAGE_MARKS[0] + page_block(tables) + PAGE_MARKS[1] + tail).encode())
+        print(f"wrote the stage-F block of {PAGE}")
         return 0
     if command == "figures":
         from recast.experiments.study_f_figures import figures
