@@ -89,8 +89,12 @@ def test_the_study_primary_figure_has_a_key_for_every_colour_it_draws(tmp_path, 
 
     saved = {}
     real = Figure.savefig
-    monkeypatch.setattr(Figure, "savefig", lambda self, path, *a, **k: (saved.__setitem__(Path(path).name, self),
-                                                                         real(self, path, *a, **k))[1])
+    target = []  # the file the package's one writer (`atomic_write`) is filling: savefig sees only its temp file
+    writer = study.atomic_write
+    monkeypatch.setattr(study, "atomic_write", lambda path, write: (target.append(Path(path).name),
+                                                                        writer(path, write))[1])
+    monkeypatch.setattr(Figure, "savefig", lambda self, path, *a, **k: (saved.__setitem__(
+        target[-1] if not isinstance(path, (str, Path)) else Path(path).name, self), real(self, path, *a, **k))[1])
     rows = [r for p in sorted((study.STUDY_DIR / "data").glob("*.csv")) for r in study._read(p)]
     study.figures(rows, study.analyse(rows), tmp_path)
     fig = saved["study_primary.png"]

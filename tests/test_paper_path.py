@@ -74,11 +74,11 @@ def readme_block(heading: str) -> str:
 
 
 def _clone(tmp_path: Path) -> Path:
-    """A working directory as a fresh clone is after the two set-up commands: this checkout's configs/ and notebooks/,
+    """A working directory as a fresh clone is after the two set-up commands: this checkout's configs/, data/ and notebooks/,
     and .venv, the environment running this test (or, outside a venv, an activate script that puts it first)."""
     work = tmp_path / "clone"
     work.mkdir()
-    for name in ("configs", "notebooks"):
+    for name in ("configs", "data", "notebooks"):
         (work / name).symlink_to(ROOT / name)
     if (Path(sys.prefix) / "bin" / "activate").is_file():
         (work / ".venv").symlink_to(Path(sys.prefix))

@@ -35,7 +35,8 @@ def test_the_wheel_carries_the_embedded_world(installed):
     names = zipfile.ZipFile(wheel).namelist()
     for needed in ("recast/_data/digit_base/world.json", "recast/_data/digit_base/transformer.safetensors",
                    "recast/_data/judges/judge_features.safetensors", "recast/_data/rewards/digit_cnn.safetensors",
-                   "recast/_data/prompts/compose_train.jsonl", "recast/credit.py"):
+                   "recast/_data/prompts/compose_train.jsonl", "recast/_data/profiles/digit_base_renderings_T6.npz",
+                   "recast/credit/__init__.py"):
         assert needed in names, needed
 
 
