@@ -43,6 +43,7 @@ def _child(argv: list[str]) -> int:
     import recast.trainer.backends as backends
     import recast.trainer.loop as loop
     from recast.runargs import config_from_args, train_parser
+    from recast.trainer.sharding import full_tensor
 
     dump, rest = Path(argv[0]), argv[1:]
     cut = rest.index("--")
@@ -91,10 +92,14 @@ def _child(argv: list[str]) -> int:
     trainer.run()
     rank = trainer.acc.process_index
     pol = trainer.policy
+
+    def whole(ts):  # a sharded run's tensors gathered whole (every process joins), its local pieces beside them
+        return [full_tensor(t.detach()).cpu().clone() for t in ts]
+
+    local = [t.to_local().detach().cpu().clone() for t in pol.params] if trainer.sharded else None
     torch.save({"rank": rank, "num_processes": trainer.acc.num_processes, "iteration": trainer.iteration,
-                "params": [p.detach().cpu().clone() for p in pol.params],
-                "old": [p.detach().cpu().clone() for p in pol.old], "ema": [p.detach().cpu().clone() for p in pol.ema],
-                "W": trainer.W, "D": trainer.D, **seen}, dump / f"rank{rank}.pt")
+                "params": whole(pol.params), "old": whole(pol.old), "ema": whole(pol.ema), "local_params": local,
+                "sharded": trainer.sharded, "W": trainer.W, "D": trainer.D, **seen}, dump / f"rank{rank}.pt")
     print(json.dumps({"rank": rank, "done": trainer.iteration}), flush=True)
     return 0
 

@@ -16,6 +16,7 @@ from recast.trainer.adapters import write_adapters
 from recast.trainer.backends import NonFiniteLossError
 from recast.trainer.evaluation import evaluate as evaluate_policy
 from recast.trainer.ranks import gather_rng, marker_processes, restore_rank_rng
+from recast.trainer.sharding import full_optimizer_state, load_full_optimizer_state
 from recast.trainer.runfiles import check_checkpoint_config
 from recast.trainer.validate import RUN_MARKER
 
@@ -30,9 +31,12 @@ class Persistent:
 
     def state_dict(self) -> dict:
         """Everything needed to continue bit-exactly (``rng`` is this process's random state; `save` adds every
-        process's as ``rng_ranks`` when there are several)."""
+        process's as ``rng_ranks`` when there are several). Sharded, every process calls it (whole tensors are
+        gathered) and the main process's is complete."""
+        optimizer = (full_optimizer_state(self.model, self.optimizer, self.policy.names) if self.sharded
+                     else self.optimizer.state_dict())
         return {"iteration": self.iteration, "config": self.cfg.to_dict(), "reward_names": list(self.reward_names),
-                "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "policy": self.policy.state_dict(), "optimizer": optimizer,
                 "rng": ckpt.capture_rng(self._generators()), "num_processes": self.acc.num_processes,
                 "W": self.W, "D": self.D,
                 "credit": self.credit.state_dict(), "update_offset": self.update_offset,
@@ -51,9 +55,11 @@ class Persistent:
         """
         self.acc.wait_for_everyone()
         rng_ranks = gather_rng(self.acc, self._generators())
+        if not (self.main or self.sharded):
+            return
+        state = self.state_dict()  # sharded: a collective, joined by every process
         if not self.main:
             return
-        state = self.state_dict()
         if rng_ranks is not None:
             state["rng_ranks"] = rng_ranks
         tensors = {f"{group}/{name}": t for group in ("params", "old", "ema", "ref")
@@ -86,7 +92,7 @@ class Persistent:
             raise ValueError(f"cannot resume {self.out} to iterations={self.cfg.iterations}: its checkpoint is already "
                              f"at iteration {int(state['iteration'])}; ask for at least that many (--iterations)")
         self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self._load_optimizer(state["optimizer"])
         # each process continues its own streams (a checkpoint of one process holds only "rng")
         restore_rank_rng(state, self._generators(), self.acc.process_index, self.cfg.seed)
         self.credit.load_state_dict(state["credit"] if "credit" in state else self._legacy_credit(state))
@@ -151,11 +157,18 @@ class Persistent:
             raise ValueError(f"config field initialize_from: {src} is not a stage this run can continue ({'; '.join(diff)})")
         try:
             self.policy.load_state_dict(state["policy"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            self._load_optimizer(state["optimizer"])
         except (KeyError, ValueError, RuntimeError) as err:
             raise ValueError(f"config field initialize_from: {src}: its adapter or optimiser does not fit this run "
                              f"({str(err).splitlines()[0][:200]})") from None
         self.update_offset = int(state.get("update_offset", 0)) + int(state["iteration"])
+
+    def _load_optimizer(self, state: dict) -> None:
+        """The optimiser's state from a checkpoint (one layout, sharded or not: `recast.trainer.sharding`)."""
+        if self.sharded:
+            load_full_optimizer_state(self.model, self.optimizer, state, self.policy.names)
+        else:
+            self.optimizer.load_state_dict(state)
 
     def _legacy_credit(self, state: dict) -> dict:
         """The credit state of a checkpoint written before `recast.credit` (W, D and the tracker at the top level)."""
@@ -169,14 +182,16 @@ class Persistent:
     def evaluate(self, grid: bool = True) -> None:
         """Score the EMA policy on test prompts now (main process) and append the record to eval.jsonl.
 
-        Every global RNG (python, numpy, torch) is restored afterwards, so evaluating cannot shift training.
+        Every global RNG (python, numpy, torch) is restored afterwards, so evaluating cannot shift training. A sharded
+        transformer's passes are collectives: every process evaluates, alike, and the main one writes.
         """
-        if self.main:
+        if self.main or self.sharded:
             saved = ckpt.capture_rng({})
             try:
-                rec = evaluate_policy(self, grid=grid)
+                rec = evaluate_policy(self, grid=grid and self.main)
             finally:
                 ckpt.restore_rng(saved, {})
+        if self.main:
             append_jsonl(self.out / "eval.jsonl", rec)
             if self.cfg.log_with:
                 from recast.trainer.tracking import log_evaluation
