@@ -91,20 +91,26 @@ def global_batch(plan: BatchPlan) -> dict:
                                                              "images": plan.global_images}}
 
 
-def check_launch(num_processes: int, env: Mapping[str, str] | None = None) -> None:
-    """Refuse a launch that asked for several processes and got one.
+def check_launch(num_processes: int, env: Mapping[str, str] | None = None, *, fsdp: bool = False,
+                 distributed_type: str = "") -> None:
+    """Refuse a launch that cannot run as asked, in one line, before anything is built.
 
-    `accelerate launch --num_processes N` with ``--cpu``, or on a machine without GPUs and without ``--multi_gpu``,
-    runs accelerate's one-process launcher: it exports the rendezvous address (MASTER_ADDR) as if for N processes but
-    starts one, with no WORLD_SIZE, and says nothing. A run would then train 1/N of the asked-for batch. That
-    signature (accelerate's launcher variable ACCELERATE_USE_CPU, a MASTER_ADDR, no WORLD_SIZE) is refused here.
+    * `accelerate launch --num_processes N` with ``--cpu``, or on a machine without GPUs and without ``--multi_gpu``,
+      runs accelerate's one-process launcher: it exports the rendezvous address (MASTER_ADDR) as if for N processes
+      but starts one, with no WORLD_SIZE, and says nothing. A run would then train 1/N of the asked-for batch. That
+      signature (accelerate's launcher variable ACCELERATE_USE_CPU, a MASTER_ADDR, no WORLD_SIZE) is refused.
+    * accelerate's own FSDP (an accelerate config with distributed_type FSDP): its wrapping replaces the parameters
+      the trainer's old-policy and EMA copies point to; the trainer shards itself (config field ``fsdp``).
+    * ``fsdp`` on one process: nothing to shard over.
 
     Args:
         num_processes: the processes this run has (`Accelerator.num_processes`).
         env: the environment to read (default `os.environ`).
+        fsdp: the config's ``fsdp`` field.
+        distributed_type: `Accelerator.distributed_type`, as text.
 
     Raises:
-        ValueError: one line saying what happened and how to launch N processes.
+        ValueError: saying what happened and how to launch instead.
     """
     env = os.environ if env is None else env
     if num_processes == 1 and "ACCELERATE_USE_CPU" in env and "MASTER_ADDR" in env and "WORLD_SIZE" not in env:
@@ -112,3 +118,10 @@ def check_launch(num_processes: int, env: Mapping[str, str] | None = None) -> No
                          "--num_processes without --multi_gpu on a machine without GPUs, runs a single process): "
                          "launch N CPU processes with `accelerate launch --multi_gpu --num_processes N` (gloo) or "
                          "`torchrun --nproc_per_node N -m recast train ...`, or drop --num_processes for one")
+    if distributed_type.endswith("FSDP"):
+        raise ValueError("accelerate's own FSDP (an accelerate config with distributed_type FSDP) is not how this "
+                         "trainer shards: launch with --multi_gpu (configs/accelerate/ddp_8gpu.yaml) and --set "
+                         "fsdp=true (torch's fully_shard, run by the trainer: recast.trainer.sharding)")
+    if fsdp and num_processes == 1:
+        raise ValueError("config field fsdp: sharding needs several processes (accelerate launch --multi_gpu "
+                         "--num_processes N, or torchrun --nproc_per_node N); this launch has one")

@@ -38,21 +38,24 @@ def test_plan_errors(args, match):
         plan_batches(*args)
 
 
-@pytest.mark.parametrize("name,kind,procs", [("single_gpu", "NO", 1), ("ddp_8gpu", "MULTI_GPU", 8),
-                                             ("fsdp_8gpu", "FSDP", 8)])
+@pytest.mark.parametrize("name,kind,procs", [("single_gpu", "NO", 1), ("ddp_8gpu", "MULTI_GPU", 8)])
 def test_accelerate_configs_load(name, kind, procs):
     from accelerate.commands.config.config_args import load_config_from_file
 
     cfg = load_config_from_file(str(ROOT / "configs" / "accelerate" / f"{name}.yaml"))
     assert cfg.distributed_type == kind and cfg.num_processes == procs and cfg.mixed_precision == "bf16"
-    if kind == "FSDP":
-        assert cfg.fsdp_config["fsdp_transformer_layer_cls_to_wrap"] == "JointTransformerBlock"
+
+
+def test_no_accelerate_config_asks_for_accelerate_fsdp():
+    # the trainer shards with torch's fully_shard itself (config field fsdp) and refuses accelerate's FSDP wrapping
+    for path in (ROOT / "configs" / "accelerate").glob("*.yaml"):
+        assert "FSDP" not in path.read_text().split("distributed_type:")[1].splitlines()[0], path
 
 
 def test_launch_script(tmp_path):
     script = ROOT / "scripts" / "launch.sh"
     bad = subprocess.run([str(script), "nope"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "ddp_8gpu" in bad.stderr and "fsdp_8gpu" in bad.stderr
+    assert bad.returncode == 2 and "ddp_8gpu" in bad.stderr and "single_gpu" in bad.stderr
     env = {**os.environ, "ACCELERATE": "echo", "ACCELERATE_ARGS": "--num_processes 2"}
     ok = subprocess.run([str(script), "ddp_8gpu", "--seed", "3"], capture_output=True, text=True, env=env, check=True)
     assert ok.stdout.split()[:1] == ["launch"] and ok.stdout.rstrip().endswith(
@@ -174,6 +177,16 @@ def test_the_one_process_launch_trap_is_refused(env, refused):
     else:
         check_launch(1, env)
     check_launch(2, env)  # several processes started: nothing to say
+
+
+def test_launches_that_cannot_shard_are_refused():
+    from recast.distributed import check_launch
+
+    with pytest.raises(ValueError, match="accelerate's own FSDP .* --set fsdp=true"):
+        check_launch(8, {}, distributed_type="DistributedType.FSDP")
+    with pytest.raises(ValueError, match="config field fsdp: sharding needs several processes"):
+        check_launch(1, {}, fsdp=True)
+    check_launch(2, {}, fsdp=True, distributed_type="DistributedType.MULTI_CPU")
 
 
 def _marker_run(tmp_path, marker):

@@ -28,7 +28,7 @@ from recast.trainer.metrics import PhaseTimer, load_run
 from recast.trainer.persist import Persistent
 from recast.trainer.policy import Policy, old_decay
 from recast.trainer.ranks import gather_proxies, max_over_ranks, mean_over_ranks
-from recast.trainer.sharding import full_tensor, shard_transformer
+from recast.trainer.sharding import full_tensor, prepare
 from recast.trainer.replay import ReplayBuffer
 from recast.trainer.replay_step import replay_batch
 from recast.trainer.rundir import RunLock, check_run_dir, unlink_run_files
@@ -73,15 +73,8 @@ class Trainer(Persistent):
                                mixed_precision=None if cfg.mixed_precision == "auto" else cfg.mixed_precision,
                                log_with=list(cfg.log_with) or None, project_dir=str(self.out))
         self.main = self.acc.is_main_process
-        check_launch(self.acc.num_processes)  # `accelerate launch --cpu --num_processes 2` starts one process
-        if str(self.acc.distributed_type).endswith("FSDP"):  # accelerate's wrapping breaks the Policy's copies
-            raise ValueError("accelerate's own FSDP (an accelerate config with distributed_type FSDP) is not how this "
-                             "trainer shards: launch with --multi_gpu (configs/accelerate/ddp_8gpu.yaml) and "
-                             "--set fsdp=true (torch's fully_shard, run by the trainer: recast.trainer.sharding)")
-        self.change_processes = change_processes
-        if cfg.fsdp and self.acc.num_processes == 1:
-            raise ValueError("config field fsdp: sharding needs several processes (accelerate launch --multi_gpu "
-                             "--num_processes N, or torchrun --nproc_per_node N); this launch has one")
+        # several processes asked for and one started; accelerate's FSDP; fsdp on one process: refused here
+        check_launch(self.acc.num_processes, fsdp=cfg.fsdp, distributed_type=str(self.acc.distributed_type))
         # One run per directory: the lock is held until `run` ends (or this object goes), and the directory is
         # judged only under it, so two runs started together cannot both pass the check and interleave their logs.
         self._lock = RunLock(self.out).acquire() if self.main else None
@@ -110,16 +103,10 @@ class Trainer(Persistent):
         self.policy = Policy(self.world.transformer, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
                              seed=cfg.seed, keep_ref=cfg.kl_beta > 0)
         self.policy = apply_switches(cfg, self.world.transformer, self.policy)  # each off until measured
-        self.sharded = cfg.fsdp
-        if self.sharded:  # in place, before the optimiser sees the parameters; the companions are remade sharded
-            shard_transformer(self.world.transformer, self.acc.device)
-            self.policy.rebind()
-        opt = torch.optim.AdamW(self.policy.params, lr=cfg.lr, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
-                                weight_decay=cfg.weight_decay)
-        if self.sharded:
-            self.model, self.optimizer = self.world.transformer, self.acc.prepare(opt)
-        else:
-            self.model, self.optimizer = self.acc.prepare(self.world.transformer, opt)
+        self.sharded = cfg.fsdp  # DDP (accelerate's wrapping) or FSDP2 (recast.trainer.sharding) over processes
+        self.model, self.optimizer = prepare(self.acc, self.world.transformer, self.policy, lambda params: (
+            torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
+                              weight_decay=cfg.weight_decay)), shard=self.sharded)
         self.rewards = [self.world.reward(n, self.acc.device) for n in self.reward_names]
         if hasattr(self.world, "load_judges"):  # a missing judge fails here, not at the first evaluation
             self.world.load_judges(self.acc.device)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["check_fsdp", "shard_transformer", "is_sharded", "full_tensor", "copy_full_", "full_optimizer_state",
+__all__ = ["check_fsdp", "prepare", "shard_transformer", "is_sharded", "full_tensor", "copy_full_", "full_optimizer_state",
            "load_full_optimizer_state"]
 
 
@@ -93,6 +93,18 @@ def shard_transformer(transformer: torch.nn.Module, device: torch.device) -> int
         fully_shard(block, mesh=mesh)
     fully_shard(transformer, mesh=mesh)
     return len(blocks) + 1
+
+
+def prepare(acc, transformer: torch.nn.Module, policy, make_optimizer, *, shard: bool):
+    """The (model, optimiser) the loop trains: with ``shard``, `transformer` sharded in place (`shard_transformer`),
+    the policy's parameters and companions re-read from it (`Policy.rebind`), and the optimiser made over them;
+    otherwise accelerate's ``prepare`` (DDP over several processes). ``make_optimizer(params)`` builds the optimiser.
+    """
+    if not shard:
+        return acc.prepare(transformer, make_optimizer(policy.params))
+    shard_transformer(transformer, acc.device)  # before the optimiser sees the parameters
+    policy.rebind()
+    return transformer, acc.prepare(make_optimizer(policy.params))
 
 
 def full_optimizer_state(model: torch.nn.Module, optimizer, names: list[str]) -> dict:
