@@ -121,6 +121,19 @@ def test_the_draw_that_left_one_process_without_proxies_runs(tmp_path):
     assert _same(r0["params"], r1["params"])
 
 
+def test_per_sample_credit_logs_the_mean_over_processes(tmp_path):
+    # otca weights each sample by its own trajectory: a process knows only its own samples' credit, so the logged W
+    # is the mean of the processes' means (equal sample counts), while the weights stay in step
+    (tmp_path / "dump").mkdir()
+    _ok(launch(tmp_path / "dump", ["--preset", "ci", "--iterations", "2", "--method", "otca", "--out",
+                                   str(tmp_path / "run")]))
+    r0, r1 = _dumps(tmp_path / "dump")
+    assert _same(r0["params"], r1["params"]) and not torch.equal(r0["W"], r1["W"])
+    logged = torch.tensor(json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])["W"],
+                          dtype=r0["W"].dtype)
+    torch.testing.assert_close(logged, (r0["W"] + r1["W"]) / 2, rtol=1e-6, atol=1e-9)
+
+
 def test_accelerate_cpu_launch_of_two_processes_is_refused(tmp_path):
     # accelerate's --cpu runs one process whatever --num_processes says: the run says so instead of training half
     proc = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",

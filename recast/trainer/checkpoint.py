@@ -1,4 +1,5 @@
-"""Checkpoints that restore a run bit-exactly: parameters, old policy, EMA, optimiser, every RNG, tracker, iteration.
+"""Checkpoints that restore a run bit-exactly: parameters, old policy, EMA, optimiser, every RNG (each process's own,
+``rng_ranks``, when there are several: `recast.trainer.ranks`), tracker, iteration.
 
 A checkpoint is one file, `<run>/checkpoint.pt`, written to a temp file and renamed over the old one, so a crash
 never leaves a half-written checkpoint and the last good one survives. It holds only tensors and plain data (dict,

@@ -256,6 +256,8 @@ class Trainer(Persistent):
             credit = self.credit.normalise(R_all, torch.arange(R_all.shape[1]) // cfg.group_size, trajectory=traj)
             adv, train_adv = credit.adv, credit.train
         W_used = self.W
+        if self.spec.method.weights == "sample" and self.acc.num_processes > 1:  # each process's mean of its own
+            W_used = self.acc.gather(W_used[None].to(self.acc.device)).mean(0).cpu()  # samples: equal counts
         info_mask = self._info_mask() if self.tracker is not None else None
         S = credit.S[local]  # (B, T): each local sample's signal at every step
         batch, replay_rec = ro, {}

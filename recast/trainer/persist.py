@@ -1,8 +1,9 @@
 """What a run leaves on disk and reads back: the bit-exact checkpoint, resuming from it, and the evaluation log.
 
 `Persistent` is a mixin of `recast.trainer.loop.Trainer`; it reads the trainer's attributes (cfg, out, acc, main,
-policy, optimizer, credit, replay, gen, replay_gen, W, D, iteration, queries, world_fingerprint) and writes only
-the run directory.
+model, policy, optimizer, sharded, plan, credit, replay, gen, replay_gen, W, D, iteration, queries,
+world_fingerprint) and writes only the run directory. With several processes every one of them calls `save`, and
+each restores its own random state on a resume.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["check_fsdp", "prepare", "shard_transformer", "is_sharded", "full_tensor", "copy_full_", "full_optimizer_state",
-           "load_full_optimizer_state"]
+__all__ = ["check_fsdp", "prepare", "shard_transformer", "is_sharded", "full_tensor", "copy_full_",
+           "full_optimizer_state", "load_full_optimizer_state"]
 
 
 def check_fsdp(cfg) -> None:
@@ -38,8 +38,9 @@ def check_fsdp(cfg) -> None:
     eligible = cfg.num_steps - 1 if (cfg.backend == "grpo" or cfg.skip_last_column) else cfg.num_steps
     if 0 < cfg.train_columns < eligible:
         raise ValueError(f"config field fsdp: needs every sample to train every column (train_columns=0; here "
-                         f"{cfg.train_columns} of {eligible}): each pass through a sharded transformer is a collective, "
-                         "and a random subset of columns per sample gives the processes different numbers of passes")
+                         f"{cfg.train_columns} of {eligible}): each pass through a sharded transformer is a "
+                         "collective, and a random subset of columns per sample gives the processes different "
+                         "numbers of passes")
     for name in ("lora_merge_rollouts", "lora_merged_old", "compile_blocks"):
         if getattr(cfg, name):
             raise ValueError(f"config field {name}: not with fsdp (it rewrites the base weights or compiles the "
