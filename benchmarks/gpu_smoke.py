@@ -1,8 +1,9 @@
 """GPU smoke test: NFT training steps of an SD3.5-Medium-sized transformer with LoRA at 512 px in bf16.
 
-Builds `SD3Transformer2DModel` from SD3.5-Medium's config with random weights (nothing downloads), adds the LoRA
-adapter (r32/alpha64 on the attention projections) and the old policy as a second adapter, and times full NFT steps
-on 64x64x16 latents (512 px): old-policy forward (no grad), trained forward, DiffusionNFT loss
+Builds `SD3Transformer2DModel` from SD3.5-Medium's config with random weights (nothing downloads), adds the trainer's
+`Policy` (LoRA r32/alpha64 on the attention projections, the old policy and EMA as copies of the adapter; the
+results in benchmarks/results/gpu/ predate it and held the old policy as a second peft adapter), and times full NFT
+steps on 64x64x16 latents (512 px): old-policy forward (no grad), trained forward, DiffusionNFT loss
 (`recast.trainer.losses.nft_loss`), backward, AdamW step, old-policy decay. Conditioning is random with SD3's shapes
 (333 tokens x 4096, pooled 2048), so the text encoders and VAE are not part of the timing. Reports images/s, peak
 memory and model FLOP utilisation (FLOPs of one step counted by `torch.utils.flop_counter`, over the GPU's dense
@@ -46,31 +47,30 @@ def _peak_tflops(device: torch.device, override: float | None) -> float | None:
     return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
 
 
-def _step(transformer, optimizer, batch, nft_beta: float = 1.0):
-    """One NFT step on a batch (x0, eps, sigma, hidden, pooled, p); returns the loss value."""
+def _step(policy, optimizer, batch, nft_beta: float = 1.0):
+    """One NFT step of the trainer's `Policy` on a batch (x0, eps, sigma, hidden, pooled, p); returns the loss."""
     from recast.sampling import PromptEmbeds, predict_velocity
     from recast.trainer.losses import nft_loss
-    from recast.worlds.sd3 import lora as L
 
     x0, eps, sigma, hidden, pooled, p = batch
     embeds = PromptEmbeds(hidden, pooled)
     s = sigma.view(-1, 1, 1, 1)
     x_sigma, u = (1 - s) * x0 + s * eps, eps - x0
-    with L.use_adapter(transformer, L.OLD), torch.no_grad():
-        v_old = predict_velocity(transformer, x_sigma, sigma, embeds)
-    v = predict_velocity(transformer, x_sigma, sigma, embeds)
+    with policy.use("old") as old, torch.no_grad():
+        v_old = predict_velocity(old, x_sigma, sigma, embeds)
+    v = predict_velocity(policy.transformer, x_sigma, sigma, embeds)
     loss = nft_loss(v.float(), v_old.float(), u.float(), p, nft_beta=nft_beta).loss
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    L.decay_old(transformer, 0.5)
+    policy.update_old(0.5)
     return float(loss.detach())
 
 
 def run(args) -> dict:
     from diffusers import SD3Transformer2DModel
 
-    from recast.worlds.sd3 import lora as L
+    from recast.trainer.policy import Policy
 
     device = torch.device(args.device)
     if not args.tiny and device.type != "cuda":
@@ -83,8 +83,8 @@ def run(args) -> dict:
     transformer = SD3Transformer2DModel(**config).to(device, dtype)
     if args.grad_ckpt:
         transformer.enable_gradient_checkpointing()
-    L.add_lora(transformer, rank=args.lora_rank, alpha=2.0 * args.lora_rank)
-    params = L.lora_params(transformer)
+    policy = Policy(transformer, lora_rank=args.lora_rank, lora_alpha=2.0 * args.lora_rank)
+    params = policy.params
     optimizer = torch.optim.AdamW(params, lr=3e-4)
     B, gen = args.batch, torch.Generator(device="cpu").manual_seed(0)
 
@@ -100,7 +100,7 @@ def run(args) -> dict:
 
     counter = FlopCounterMode(display=False)
     with counter:  # also the warm-up step
-        _step(transformer, optimizer, batch())
+        _step(policy, optimizer, batch())
     flops_per_step = counter.get_total_flops()
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     if device.type == "cuda":
@@ -108,7 +108,7 @@ def run(args) -> dict:
     batches = [batch() for _ in range(args.steps)]
     sync()
     t0 = time.perf_counter()
-    losses = [_step(transformer, optimizer, b) for b in batches]
+    losses = [_step(policy, optimizer, b) for b in batches]
     sync()
     seconds = time.perf_counter() - t0
     peak = _peak_tflops(device, args.peak_tflops)

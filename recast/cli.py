@@ -142,7 +142,8 @@ def _main(argv: list[str] | None = None) -> int:
         cfg = config_from_args(args)
         from recast.trainer import NonFiniteLossError, Trainer
 
-        trainer = Trainer(cfg, args.out, resume="auto" if args.auto else args.resume, overwrite=args.overwrite)
+        trainer = Trainer(cfg, args.out, resume="auto" if args.auto else args.resume, overwrite=args.overwrite,
+                          change_processes=args.change_processes)
     except RunDirBusyError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BUSY

@@ -123,6 +123,11 @@ class TrainConfig:
     lora_bf16: bool = False  # LoRA matmuls take their bf16 input as is (no fp32 copies); needs bf16/fp16 autocast
     recompute_blocks: int = -1  # recompute activations of the first n blocks only in backward; -1 = world's setting
 
+    # --- several processes (docs/paper-scale.md, "From one process to N nodes") ---
+    fsdp: bool = False  # shard the transformer over the processes with torch's FSDP2, one unit per block (weights,
+    #                     gradients, optimiser state, old policy and EMA: 1/N each); needs several processes and
+    #                     train_columns=0 (each pass is a collective, so every process must run the same ones)
+
     # --- stages (the paper trains in two: docs/paper-scale.md) ---
     initialize_from: str = ""  # a finished run directory whose last checkpoint starts this run (a new stage): its
     #                            LoRA, optimiser, old policy, EMA and update count are kept; this run's iterations,

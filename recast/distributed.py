@@ -9,9 +9,11 @@ micro-batches may cut through a group, which is harmless because advantages are 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["BatchPlan", "plan_batches", "process_plan"]
+__all__ = ["BatchPlan", "plan_batches", "process_plan", "global_batch", "check_launch"]
 
 
 @dataclass(frozen=True)
@@ -80,3 +82,46 @@ def process_plan(cfg, num_processes: int) -> BatchPlan:
     per_process = cfg.B // cfg.group_size
     return plan_batches(cfg.group_size, per_process * num_processes, num_processes,
                         max(1, -(-cfg.B // cfg.grad_accum)))
+
+
+def global_batch(plan: BatchPlan) -> dict:
+    """What a run's marker (config.json's ``_run``) records of its layout: the process count and the global batch
+    of one iteration, in prompts and images (every process draws its own `prompts_per_gpu` of them)."""
+    return {"num_processes": plan.num_gpus, "global_batch": {"prompts": plan.prompts_per_gpu * plan.num_gpus,
+                                                             "images": plan.global_images}}
+
+
+def check_launch(num_processes: int, env: Mapping[str, str] | None = None, *, fsdp: bool = False,
+                 distributed_type: str = "") -> None:
+    """Refuse a launch that cannot run as asked, in one line, before anything is built.
+
+    * `accelerate launch --num_processes N` with ``--cpu``, or on a machine without GPUs and without ``--multi_gpu``,
+      runs accelerate's one-process launcher: it exports the rendezvous address (MASTER_ADDR) as if for N processes
+      but starts one, with no WORLD_SIZE, and says nothing. A run would then train 1/N of the asked-for batch. That
+      signature (accelerate's launcher variable ACCELERATE_USE_CPU, a MASTER_ADDR, no WORLD_SIZE) is refused.
+    * accelerate's own FSDP (an accelerate config with distributed_type FSDP): its wrapping replaces the parameters
+      the trainer's old-policy and EMA copies point to; the trainer shards itself (config field ``fsdp``).
+    * ``fsdp`` on one process: nothing to shard over.
+
+    Args:
+        num_processes: the processes this run has (`Accelerator.num_processes`).
+        env: the environment to read (default `os.environ`).
+        fsdp: the config's ``fsdp`` field.
+        distributed_type: `Accelerator.distributed_type`, as text.
+
+    Raises:
+        ValueError: saying what happened and how to launch instead.
+    """
+    env = os.environ if env is None else env
+    if num_processes == 1 and "ACCELERATE_USE_CPU" in env and "MASTER_ADDR" in env and "WORLD_SIZE" not in env:
+        raise ValueError("accelerate launch was asked for several processes but started one (its --cpu flag, or "
+                         "--num_processes without --multi_gpu on a machine without GPUs, runs a single process): "
+                         "launch N CPU processes with `accelerate launch --multi_gpu --num_processes N` (gloo) or "
+                         "`torchrun --nproc_per_node N -m recast train ...`, or drop --num_processes for one")
+    if distributed_type.endswith("FSDP"):
+        raise ValueError("accelerate's own FSDP (an accelerate config with distributed_type FSDP) is not how this "
+                         "trainer shards: launch with --multi_gpu (configs/accelerate/ddp_8gpu.yaml) and --set "
+                         "fsdp=true (torch's fully_shard, run by the trainer: recast.trainer.sharding)")
+    if fsdp and num_processes == 1:
+        raise ValueError("config field fsdp: sharding needs several processes (accelerate launch --multi_gpu "
+                         "--num_processes N, or torchrun --nproc_per_node N); this launch has one")

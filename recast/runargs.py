@@ -69,6 +69,8 @@ def add_train_arguments(t: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "when the run there was made with other settings)")
     t.add_argument("--auto", action="store_true", help="rerun-safe: continue a compatible run in OUT, leave a "
                    "finished one as it is, start an empty OUT; refuse a run made with other settings")
+    t.add_argument("--change-processes", action="store_true", help="let a resume run on another number of "
+                   "processes than the run trained on (the global batch changes; refused without this flag)")
     t.add_argument("--fixed-w", metavar="JSON", help="train method=fixed at the W of this file: profile.json of "
                    "`python -m recast profile` (same rewards, budgets and --num-steps) or a mean_W.json")
     t.add_argument("--set", type=_override, action="append", default=[], metavar="FIELD=VALUE",

@@ -31,7 +31,7 @@ from recast.sampling import PromptEmbeds
 
 __all__ = ["RewardFn", "World", "WorldInfo", "register_world", "world_prefixes", "load_world", "world_info",
            "world_settings",
-           "parse_spec", "sample_prompts"]
+           "parse_spec", "sample_prompts", "shard_seed"]
 
 RewardFn = Callable[[torch.Tensor, list[str]], torch.Tensor]  # (images (B, 3, H, W) in [0, 1], prompts) -> (B,)
 
@@ -237,15 +237,47 @@ def _checked(spec: str) -> tuple[str, str | None]:
     return prefix, arg
 
 
-def sample_prompts(world: World, n: int, *, split: str = "train",
-                   generator: torch.Generator | None = None) -> list[str]:
-    """`n` prompts drawn uniformly with replacement from `world.prompts(split)`.
+def sample_prompts(world: World, n: int, *, split: str = "train", generator: torch.Generator | None = None,
+                   rank: int = 0, num_ranks: int = 1, shard_seed: int = 0) -> list[str]:
+    """`n` prompts drawn uniformly with replacement from `world.prompts(split)`, or, with several processes, from
+    this process's part of the pool.
 
-    Draws the same indices (one `torch.randint` of shape (n,)) as the digit world's own `sample_prompts`, so the
-    trainer's RNG stream is unchanged by going through the protocol.
+    With ``num_ranks`` > 1 the pool is dealt into ``num_ranks`` disjoint parts by a permutation that every process
+    makes alike from ``shard_seed`` (the trainer derives it from the run's seed and the iteration), and rank ``r``
+    draws from part ``r`` only: no two processes draw the same prompt in one iteration, and each prompt keeps the
+    chance 1 / len(pool) of filling any slot. With one process the pool is used as it is and the draw is the same one
+    `torch.randint` of shape (n,) as the digit world's own `sample_prompts`, so a one-process run's RNG stream is
+    unchanged by going through the protocol or by the sharding.
+
+    Args:
+        world: the world whose prompts are drawn.
+        n: prompts to draw (this process's).
+        split: "train" or "test".
+        generator: this process's own generator (the draw within its part).
+        rank, num_ranks: this process and how many there are (0 <= rank < num_ranks).
+        shard_seed: seeds the partition; the same on every process.
+
+    Raises:
+        ValueError: an empty split; a pool with fewer prompts than processes (no partition leaves each one a prompt);
+            a rank outside 0..num_ranks-1.
     """
     pool = world.prompts(split)
     if not pool:
         raise ValueError(f"world has no prompts in split {split!r}")
+    if not (isinstance(num_ranks, int) and num_ranks >= 1 and isinstance(rank, int) and 0 <= rank < num_ranks):
+        raise ValueError(f"rank must lie in 0..num_ranks-1 with num_ranks >= 1, got rank={rank!r}, "
+                         f"num_ranks={num_ranks!r}")
+    if num_ranks > 1:
+        if len(pool) < num_ranks:
+            raise ValueError(f"the {split!r} prompts ({len(pool)}) cannot be split over {num_ranks} processes: each "
+                             "needs at least one; use fewer processes or more prompts")
+        order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(int(shard_seed)))
+        pool = [pool[i] for i in order[rank::num_ranks].tolist()]
     idx = torch.randint(len(pool), (n,), generator=generator)
     return [pool[i] for i in idx.tolist()]
+
+
+def shard_seed(seed: int, iteration: int) -> int:
+    """The seed of iteration ``iteration``'s prompt partition (`sample_prompts`), from the run's seed alone, so every
+    process, a resumed one included, deals the same parts without any state being saved."""
+    return (int(seed) * 1_000_003 + 700_001 + int(iteration) * 2_654_435_761) % 2**63

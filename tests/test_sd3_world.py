@@ -6,6 +6,7 @@ import torch
 from recast.sampling import predict_velocity, sample_ode, sample_sde, sde_step, sigma_schedule
 from recast.trainer.losses import grpo_loss, nft_loss
 from recast.world import World, load_world
+from recast.trainer.policy import Policy
 from recast.worlds.sd3 import lora as L
 from recast.worlds.sd3.tiny import TINY_RESOLUTION, save_tiny_pipeline
 from recast.worlds.sd3.world import SD3Settings
@@ -77,28 +78,29 @@ def test_cfg_is_off_by_default_and_matches_the_formula_when_on(pipe_dir):
         torch.testing.assert_close(predict_velocity(guided.guided(), x, 0.7, e), vu + 4.0 * (vc - vu))
 
 
-def _lora_world(world):
-    L.add_lora(world.transformer, rank=4, alpha=8.0, seed=0)
-    return world.transformer
+def _policy(world) -> Policy:
+    """The trainer's policy on the world's transformer: LoRA r4 / alpha 8 and its old-policy and EMA copies."""
+    return Policy(world.transformer, lora_rank=4, lora_alpha=8.0, seed=0)
 
 
-def test_lora_targets_trainable_set_and_old_adapter_decay(world):
-    tr = _lora_world(world)
+def test_lora_targets_trainable_set_and_old_policy_decay(world):
+    pol = _policy(world)
+    tr = pol.transformer
     trainable = {n for n, p in tr.named_parameters() if p.requires_grad}
-    assert trainable and all(".default." in n and "lora_" in n for n in trainable)
+    assert trainable and all(".default." in n and "lora_" in n for n in trainable) and set(pol.names) == trainable
     assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable} >= {"to_q", "add_k_proj", "to_add_out"}
     assert any(".attn2.to_q.lora_A.default" in n for n in trainable)  # SD3.5's dual attention is adapted too
-    new, old = L.lora_params(tr, L.TRAINED), L.lora_params(tr, L.OLD)
+    new, old = pol.params, pol.old
     assert all(torch.equal(a, b) for a, b in zip(new, old))  # old starts as a copy of the trained adapter
     with torch.no_grad():
         for p in new:
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
     before = [p.detach().clone() for p in old]
-    L.decay_old(tr, 0.3)
+    pol.update_old(0.3)
     for o, b, n in zip(old, before, new):
         torch.testing.assert_close(o, 0.3 * b + 0.7 * n)
     with pytest.raises(ValueError, match="decay"):
-        L.decay_old(tr, 1.5)
+        pol.update_old(1.5)
 
 
 def _p_from_rewards(R, G, c=5.0):
@@ -110,39 +112,41 @@ def _p_from_rewards(R, G, c=5.0):
 def test_one_nft_step_trains_only_the_lora_and_moves_old_by_decay(world):
     from recast.worlds.sd3.rewards import get
 
-    tr, gen = _lora_world(world), torch.Generator().manual_seed(0)
+    pol, gen = _policy(world), torch.Generator().manual_seed(0)
+    tr = pol.transformer
     embeds, sigmas = world.encode_prompts(PROMPTS), sigma_schedule(3, 3.0)
-    with L.use_adapter(tr, L.OLD), torch.no_grad():
-        x0 = sample_ode(tr, embeds, sigmas, shape=world.sample_shape, generator=gen, return_trajectory=False).x0
+    with pol.use("old") as old_tr, torch.no_grad():
+        x0 = sample_ode(old_tr, embeds, sigmas, shape=world.sample_shape, generator=gen, return_trajectory=False).x0
     p = _p_from_rewards(get("jpeg")("cpu")(world.decode(x0), PROMPTS), G=2)
     sigma = sigmas[1].item()
     eps = torch.randn(x0.shape, generator=gen)
     x_sigma, u = (1 - sigma) * x0 + sigma * eps, eps - x0
+    with pol.use("old") as old_tr, torch.no_grad():  # before the differentiable pass, as the trainer does
+        v_old = predict_velocity(old_tr, x_sigma, sigma, embeds)
     v_theta = predict_velocity(tr, x_sigma, sigma, embeds)
-    with L.use_adapter(tr, L.OLD), torch.no_grad():  # switching between forward and backward is safe
-        v_old = predict_velocity(tr, x_sigma, sigma, embeds)
     torch.testing.assert_close(v_theta.detach(), v_old)  # the policy starts at the old policy
     out = nft_loss(v_theta, v_old, u, p, nft_beta=1.0)
     out.loss.backward()
     grads = {n: prm.grad for n, prm in tr.named_parameters() if prm.grad is not None}
     assert grads and all(".default." in n for n in grads)
     assert any(g.abs().sum() > 0 for g in grads.values())
-    opt = torch.optim.AdamW(L.lora_params(tr), lr=1e-2)
+    opt = torch.optim.AdamW(pol.params, lr=1e-2)
     base = {n: prm.detach().clone() for n, prm in tr.named_parameters() if "lora_" not in n}
-    old_before = [q.detach().clone() for q in L.lora_params(tr, L.OLD)]
+    old_before = [q.detach().clone() for q in pol.old]
     opt.step()
     assert all(torch.equal(base[n], prm) for n, prm in tr.named_parameters() if "lora_" not in n)
-    L.decay_old(tr, 0.5)
-    for o, b, q in zip(L.lora_params(tr, L.OLD), old_before, L.lora_params(tr)):
+    pol.update_old(0.5)
+    for o, b, q in zip(pol.old, old_before, pol.params):
         torch.testing.assert_close(o, 0.5 * b + 0.5 * q)
-    assert any(not torch.equal(o, b) for o, b in zip(L.lora_params(tr, L.OLD), old_before))
+    assert any(not torch.equal(o, b) for o, b in zip(pol.old, old_before))
 
 
 def test_one_grpo_step_on_a_stored_sde_transition(world):
-    tr, gen = _lora_world(world), torch.Generator().manual_seed(1)
+    pol, gen = _policy(world), torch.Generator().manual_seed(1)
+    tr = pol.transformer
     embeds, sigmas = world.encode_prompts(PROMPTS), sigma_schedule(3, 3.0)
-    with L.use_adapter(tr, L.OLD), torch.no_grad():
-        out = sample_sde(tr, embeds, sigmas, noise_level=0.7, shape=world.sample_shape, generator=gen)
+    with pol.use("old") as old_tr, torch.no_grad():
+        out = sample_sde(old_tr, embeds, sigmas, noise_level=0.7, shape=world.sample_shape, generator=gen)
     j = 1
     v = predict_velocity(tr, out.xs[j], sigmas[j].item(), embeds)
     step = sde_step(out.xs[j], v, sigmas[j].item(), sigmas[j + 1].item(), 0.7, sigma_max=sigmas[1].item(),
@@ -158,9 +162,10 @@ def test_one_grpo_step_on_a_stored_sde_transition(world):
 def test_lora_round_trips_through_stock_load_lora_weights(world, pipe_dir, tmp_path):
     from diffusers import StableDiffusion3Pipeline
 
-    tr = _lora_world(world)
+    pol = _policy(world)
+    tr = pol.transformer
     with torch.no_grad():
-        for p in L.lora_params(tr):
+        for p in pol.params:
             p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
     L.save_lora(tr, tmp_path / "lora")
     assert (tmp_path / "lora" / L.LORA_WEIGHT_NAME).is_file()
@@ -171,8 +176,8 @@ def test_lora_round_trips_through_stock_load_lora_weights(world, pipe_dir, tmp_p
     with torch.no_grad():
         want = predict_velocity(tr, x, 0.6, e)
         got = predict_velocity(fresh.transformer, x, 0.6, e)
-        with L.use_adapter(tr, None):
-            base = predict_velocity(tr, x, 0.6, e)
+        with pol.use("ref") as base_tr:  # the base model: adapters off
+            base = predict_velocity(base_tr, x, 0.6, e)
     assert (want - base).abs().max() > 1e-3  # the adapter does something
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)  # alpha / rank survive the round trip
 
@@ -194,14 +199,13 @@ def test_bf16_base_keeps_both_adapters_in_fp32_and_decode_chunks(pipe_dir):
     world = load_world(f"sd3:{pipe_dir}", settings=SD3Settings(**{**SETTINGS.__dict__, "dtype": "bfloat16",
                                                                    "decode_batch": 1}))
     assert world.transformer.dtype == torch.bfloat16 and world.pipe.vae.dtype == torch.float32
-    L.add_lora(world.transformer, rank=4, alpha=8.0)
-    assert all(p.dtype == torch.float32 for p in L.lora_params(world.transformer) + L.lora_params(world.transformer,
-                                                                                                  L.OLD))
+    pol = Policy(world.transformer, lora_rank=4, lora_alpha=8.0)
+    assert all(p.dtype == torch.float32 for p in pol.params + pol.old + pol.ema)
     e = world.encode_prompts(PROMPTS[:2])
     assert e.encoder_hidden_states.dtype == torch.bfloat16
     x = torch.randn(3, *world.sample_shape, generator=torch.Generator().manual_seed(0))
-    with L.use_adapter(world.transformer, L.OLD), torch.no_grad():
-        assert predict_velocity(world.transformer, x[:2].bfloat16(), 0.5, e).dtype == torch.bfloat16
+    with pol.use("old") as tr, torch.no_grad():
+        assert predict_velocity(tr, x[:2].bfloat16(), 0.5, e).dtype == torch.bfloat16
     whole = load_world(f"sd3:{pipe_dir}", settings=SETTINGS).decode(x)
     torch.testing.assert_close(world.decode(x), whole)  # one image per VAE pass gives the same images
     world.offload_text_encoders("cpu")
@@ -212,14 +216,14 @@ def test_bf16_base_keeps_both_adapters_in_fp32_and_decode_chunks(pipe_dir):
 @pytest.mark.gpu
 def test_nft_step_in_bf16_on_cuda(pipe_dir):
     world = load_world(f"sd3:{pipe_dir}", settings=SD3Settings(**{**SETTINGS.__dict__, "dtype": "bfloat16"})).to("cuda")
-    tr = world.transformer
-    L.add_lora(tr, rank=4, alpha=8.0)
+    pol = Policy(world.transformer, lora_rank=4, lora_alpha=8.0)
+    tr = pol.transformer
     embeds, gen = world.encode_prompts(PROMPTS), torch.Generator().manual_seed(0)
     x0 = torch.randn(4, *world.sample_shape, generator=gen).cuda().bfloat16()
     eps = torch.randn(x0.shape, generator=gen).cuda().bfloat16()
     x_sigma, u = 0.5 * x0 + 0.5 * eps, eps - x0
-    with L.use_adapter(tr, L.OLD), torch.no_grad():
-        v_old = predict_velocity(tr, x_sigma, 0.5, embeds)
+    with pol.use("old") as old_tr, torch.no_grad():
+        v_old = predict_velocity(old_tr, x_sigma, 0.5, embeds)
     v = predict_velocity(tr, x_sigma, 0.5, embeds)
     out = nft_loss(v.float(), v_old.float(), u.float(), torch.tensor([0.9, 0.1, 0.6, 0.4], device="cuda"))
     out.loss.backward()

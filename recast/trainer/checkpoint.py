@@ -1,4 +1,5 @@
-"""Checkpoints that restore a run bit-exactly: parameters, old policy, EMA, optimiser, every RNG, tracker, iteration.
+"""Checkpoints that restore a run bit-exactly: parameters, old policy, EMA, optimiser, every RNG (each process's own,
+``rng_ranks``, when there are several: `recast.trainer.ranks`), tracker, iteration.
 
 A checkpoint is one file, `<run>/checkpoint.pt`, written to a temp file and renamed over the old one, so a crash
 never leaves a half-written checkpoint and the last good one survives. It holds only tensors and plain data (dict,
@@ -38,7 +39,8 @@ RESOLVED_FIELDS = ("setting", "rewards", "lam")
 # a config that holds its default (so runs made before trajectory replay still resume).
 LATER_FIELDS = ("replay_share", "replay_priority", "replay_capacity", "replay_max_age", "step_credit_eps", "otca_explore",
                 "world_settings", "sdpa_backend", "lora_merge_rollouts", "compile_blocks", "aggregation",
-                "weight_file", "kernel", "lora_merged_old", "lora_bf16", "recompute_blocks", "initialize_from")
+                "weight_file", "kernel", "lora_merged_old", "lora_bf16", "recompute_blocks", "initialize_from",
+                "fsdp")
 # Values that name one behaviour: "auto" mixed precision resolves to "no" unless accelerate is configured otherwise
 # (the run marker records what it resolved to), so a run made when the default was "no" still resumes.
 SAME_VALUES = {"mixed_precision": ({"no", "auto"},)}

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from recast.config import TrainConfig
-from recast.distributed import process_plan
+from recast.distributed import check_launch, global_batch, process_plan
 from recast.credit import Credit, Trajectory
 from recast.io import append_jsonl, remove_stale_temps, write_json
 from recast.sampling import sample_ode, sample_sde, sigma_schedule
@@ -27,6 +27,8 @@ from recast.trainer.backends import NonFiniteLossError, RewardError, Rollouts, g
 from recast.trainer.metrics import PhaseTimer, load_run
 from recast.trainer.persist import Persistent
 from recast.trainer.policy import Policy, old_decay
+from recast.trainer.ranks import gather_proxies, max_over_ranks, mean_over_ranks
+from recast.trainer.sharding import full_tensor, prepare
 from recast.trainer.replay import ReplayBuffer
 from recast.trainer.replay_step import replay_batch
 from recast.trainer.rundir import RunLock, check_run_dir, unlink_run_files
@@ -47,13 +49,16 @@ class Trainer(Persistent):
             and sweeps rerun: a crashed job continues, a finished one is not retrained).
         overwrite: start fresh even if `out_dir` already holds a run (its log files are cleared); with "auto", only
             where the run there is incompatible.
+        change_processes: let a resume run on another number of processes than the run trained on (the global
+            batch changes with it, and the trainer says to what); without it such a resume is refused.
 
     Raises:
         ValueError / FileNotFoundError / FileExistsError / PermissionError: bad input, caught before any compute
             (see `recast.trainer.validate`); `RunDirBusyError` when another live run holds `out_dir`.
     """
 
-    def __init__(self, cfg: TrainConfig, out_dir: str | Path, *, resume: bool | str = False, overwrite: bool = False):
+    def __init__(self, cfg: TrainConfig, out_dir: str | Path, *, resume: bool | str = False, overwrite: bool = False,
+                 change_processes: bool = False):
         from accelerate import Accelerator
 
         self.spec = validate_config(cfg)  # the config is checked and resolved once; the rest trusts self.spec
@@ -68,11 +73,14 @@ class Trainer(Persistent):
                                mixed_precision=None if cfg.mixed_precision == "auto" else cfg.mixed_precision,
                                log_with=list(cfg.log_with) or None, project_dir=str(self.out))
         self.main = self.acc.is_main_process
+        # several processes asked for and one started; accelerate's FSDP; fsdp on one process: refused here
+        check_launch(self.acc.num_processes, fsdp=cfg.fsdp, distributed_type=str(self.acc.distributed_type))
         # One run per directory: the lock is held until `run` ends (or this object goes), and the directory is
         # judged only under it, so two runs started together cannot both pass the check and interleave their logs.
         self._lock = RunLock(self.out).acquire() if self.main else None
         try:
-            self.mode = check_run_dir(self.out, cfg, resume=resume, overwrite=overwrite, spec=self.spec)
+            self.mode = check_run_dir(self.out, cfg, resume=resume, overwrite=overwrite, spec=self.spec,
+                                      num_processes=self.acc.num_processes, change_processes=change_processes)
             if self.mode != "finished":  # a finished run with the same config: nothing to build or train
                 self._build(self.mode == "resume")
         except BaseException:
@@ -95,14 +103,16 @@ class Trainer(Persistent):
         self.policy = Policy(self.world.transformer, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
                              seed=cfg.seed, keep_ref=cfg.kl_beta > 0)
         self.policy = apply_switches(cfg, self.world.transformer, self.policy)  # each off until measured
-        opt = torch.optim.AdamW(self.policy.params, lr=cfg.lr, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
-                                weight_decay=cfg.weight_decay)
-        self.model, self.optimizer = self.acc.prepare(self.world.transformer, opt)
+        self.sharded = cfg.fsdp  # DDP (accelerate's wrapping) or FSDP2 (recast.trainer.sharding) over processes
+        self.model, self.optimizer = prepare(self.acc, self.world.transformer, self.policy, lambda params: (
+            torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
+                              weight_decay=cfg.weight_decay)), shard=self.sharded)
         self.rewards = [self.world.reward(n, self.acc.device) for n in self.reward_names]
         if hasattr(self.world, "load_judges"):  # a missing judge fails here, not at the first evaluation
             self.world.load_judges(self.acc.device)
+        self.plan = process_plan(cfg, self.acc.num_processes)
         if self.main and self.acc.num_processes > 1:
-            print(f"batch plan: {process_plan(cfg, self.acc.num_processes)}", flush=True)
+            print(f"batch plan: {self.plan}", flush=True)
         self.K, self.T = len(self.reward_names), cfg.num_steps
         self.sigmas = sigma_schedule(cfg.num_steps, cfg.shift)
         self.gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.acc.process_index)
@@ -145,7 +155,8 @@ class Trainer(Persistent):
                       "sigmas": self.sigmas.tolist(), "world_fingerprint": self.world_fingerprint,
                       "mixed_precision": str(self.acc.mixed_precision), "world_settings": self.spec.world_settings,
                       "method": {"weights": self.spec.method.weights, "aggregation": self.spec.method.aggregation,
-                                 "kernel": self.spec.method.kernel, "weight_file": self.spec.weight_file}}
+                                 "kernel": self.spec.method.kernel, "weight_file": self.spec.weight_file},
+                      **global_batch(self.plan)}
             if cfg.initialize_from:
                 marker["initialized_from"] = {"run": str(cfg.initialize_from), "updates": self.update_offset}
             if self.spec.table is not None:  # the run's own table, in the release's format (it trains there too)
@@ -185,11 +196,15 @@ class Trainer(Persistent):
 
     # ------------------------------------------------------------------ one iteration
     def rollout(self) -> Rollouts:
-        """Draw B // G train prompts, G samples each, from the old policy."""
-        from recast.world import sample_prompts
+        """Draw B // G train prompts, G samples each, from the old policy. With several processes each one draws
+        from its own part of the prompt pool, dealt alike on every process from the run's seed and the iteration
+        (`recast.world.sample_prompts`), so no two processes train a prompt in the same iteration."""
+        from recast.world import sample_prompts, shard_seed
 
         cfg, G = self.cfg, self.cfg.group_size
-        prompts = [p for p in sample_prompts(self.world, cfg.B // G, split="train", generator=self.gen)
+        prompts = [p for p in sample_prompts(self.world, cfg.B // G, split="train", generator=self.gen,
+                                             rank=self.acc.process_index, num_ranks=self.acc.num_processes,
+                                             shard_seed=shard_seed(cfg.seed, self.iteration))
                    for _ in range(G)]
         noise = torch.randn((cfg.B, *self.world.sample_shape), generator=self.gen).to(self.acc.device)
         with torch.no_grad(), self.acc.autocast(), sdpa_context(cfg.sdpa_backend):
@@ -241,6 +256,8 @@ class Trainer(Persistent):
             credit = self.credit.normalise(R_all, torch.arange(R_all.shape[1]) // cfg.group_size, trajectory=traj)
             adv, train_adv = credit.adv, credit.train
         W_used = self.W
+        if self.spec.method.weights == "sample" and self.acc.num_processes > 1:  # each process's mean of its own
+            W_used = self.acc.gather(W_used[None].to(self.acc.device)).mean(0).cpu()  # samples: equal counts
         info_mask = self._info_mask() if self.tracker is not None else None
         S = credit.S[local]  # (B, T): each local sample's signal at every step
         batch, replay_rec = ro, {}
@@ -278,15 +295,17 @@ class Trainer(Persistent):
         # the spread of the combined signal actually trained on (what a fixed KL weight is measured against)
         S_all = credit.S[torch.isfinite(credit.S).all(1)]
         rec["signal/sd"] = float(S_all.std()) if S_all.numel() > 1 else 0.0
-        rec.update({f"loss/{k}": v for k, v in out.parts.items()})
+        # the loss parts are each process's means over its own examples, as many on every process: their mean is
+        # the global one
+        rec.update({f"loss/{k}": v for k, v in mean_over_ranks(self.acc, out.parts).items()})
         rec["grad_norm"] = grad_norm
         # replayed samples cost no reward query: curves against reward queries read these two counters
         rec["reward_queries"], rec["reward_queries_proxy"] = self.queries["images"], self.queries["proxies"]
         rec["replay/fraction"] = n_replay / (ro.x0.shape[0] + n_replay)
         rec.update(replay_rec)
         rec["zero_std_frac"] = float((R_all.reshape(R_all.shape[0], -1, cfg.group_size).std(-1) == 0).float().mean())
-        rec.update({f"time/{k}": v for k, v in timer.times.items()})
-        rec["time/total"] = time.perf_counter() - start
+        times = max_over_ranks(self.acc, {**timer.times, "total": time.perf_counter() - start})  # the slowest's
+        rec.update({f"time/{k}": times[k] for k in (*timer.times, "total")})
         rec["W"], rec["D"] = W_used, self.D
         if self.main:
             append_jsonl(self.out / "metrics.jsonl", rec)
@@ -313,8 +332,7 @@ class Trainer(Persistent):
     def _optimiser_step(self) -> float:
         """Clip, check and apply the accumulated gradient; returns the pre-clip grad norm."""
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
-        norm = self.acc.clip_grad_norm_(self.policy.params, max_norm)
-        norm = float(norm)
+        norm = float(full_tensor(self.acc.clip_grad_norm_(self.policy.params, max_norm)))
         if norm != norm or norm == float("inf"):
             raise NonFiniteLossError(f"non-finite gradient norm at iteration {self.iteration + 1}; stopping before "
                                      "the optimiser step (the last checkpoint is intact)")
@@ -324,23 +342,23 @@ class Trainer(Persistent):
 
     def _informativeness(self, out, prompts, info_mask) -> None:
         """Score the old policy's x0_hat and hand the (sample, column, rewards) triples to the credit object, which
-        pools them and re-solves W when due. With several processes the pairs are gathered first."""
+        pools them and re-solves W when due. With several processes the pairs are gathered first, by every process
+        whether or not its drawn columns left it any (`recast.trainer.ranks.gather_proxies`)."""
         subset = info_mask.nonzero()[:, 0]
+        if self.acc.num_processes > 1:
+            pooled = gather_proxies(self.acc, out, subset, self.K, self.T, self.cfg.B,
+                                    lambda x, s: self.score(x, [prompts[i] for i in s.tolist()]))
+            if pooled is None:
+                self.credit.observe()
+            else:
+                s, c, R_hat, everyone = pooled
+                self.credit.observe(s, c, R_hat, clean_samples=everyone)
+            return
         if out.proxy_x0 is None:
             self.credit.observe()
             return
         R_hat = self.score(out.proxy_x0, [prompts[s] for s in out.proxy_sample.tolist()]).cpu()
-        s, c = out.proxy_sample.cpu(), out.proxy_row.cpu()
-        if self.acc.num_processes > 1:  # a dense (K, T+1, subset) layout has one shape on every process
-            pos = torch.full((self.cfg.B,), -1, dtype=torch.long)
-            pos[subset] = torch.arange(subset.numel())
-            layout = torch.full((self.K, self.T + 1, subset.numel()), float("nan"))
-            layout[:, c, pos[s]] = R_hat
-            layout = self.acc.gather(layout.permute(2, 0, 1).contiguous().to(self.acc.device)).permute(1, 2, 0).cpu()
-            subset = torch.cat([subset + r * self.cfg.B for r in range(self.acc.num_processes)])
-            c, n = torch.isfinite(layout[0]).nonzero(as_tuple=True)
-            s, R_hat = subset[n], layout[:, c, n]
-        self.credit.observe(s, c, R_hat, clean_samples=subset)
+        self.credit.observe(out.proxy_sample.cpu(), out.proxy_row.cpu(), R_hat, clean_samples=subset)
 
     # ------------------------------------------------------------------ the whole run
     def _eval_due(self, n: int) -> tuple[bool, bool]:
@@ -385,7 +403,8 @@ class Trainer(Persistent):
             self.release()
 
 
-def train(cfg: TrainConfig, out_dir: str | Path, *, resume: bool | str = False, overwrite: bool = False):
+def train(cfg: TrainConfig, out_dir: str | Path, *, resume: bool | str = False, overwrite: bool = False,
+          change_processes: bool = False):
     """Run (or resume) a training run; returns the parsed run directory (`recast.trainer.metrics.Run`).
 
     ``resume="auto"`` is the rerun-safe mode of notebooks and sweeps: a compatible run continues bit-exactly, a
@@ -397,4 +416,4 @@ def train(cfg: TrainConfig, out_dir: str | Path, *, resume: bool | str = False, 
             (`recast.trainer.rundir.RunDirBusyError`, a FileExistsError, when another run holds `out_dir`).
         NonFiniteLossError: a NaN/inf loss, gradient or weight; the last checkpoint stays intact.
     """
-    return Trainer(cfg, out_dir, resume=resume, overwrite=overwrite).run()
+    return Trainer(cfg, out_dir, resume=resume, overwrite=overwrite, change_processes=change_processes).run()

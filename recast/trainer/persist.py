@@ -1,8 +1,9 @@
 """What a run leaves on disk and reads back: the bit-exact checkpoint, resuming from it, and the evaluation log.
 
 `Persistent` is a mixin of `recast.trainer.loop.Trainer`; it reads the trainer's attributes (cfg, out, acc, main,
-policy, optimizer, credit, replay, gen, replay_gen, W, D, iteration, queries, world_fingerprint) and writes only
-the run directory.
+model, policy, optimizer, sharded, plan, credit, replay, gen, replay_gen, W, D, iteration, queries,
+world_fingerprint) and writes only the run directory. With several processes every one of them calls `save`, and
+each restores its own random state on a resume.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import recast.trainer.checkpoint as ckpt
 from recast.trainer.adapters import write_adapters
 from recast.trainer.backends import NonFiniteLossError
 from recast.trainer.evaluation import evaluate as evaluate_policy
+from recast.trainer.ranks import gather_rng, marker_processes, restore_rank_rng
+from recast.trainer.sharding import full_optimizer_state, load_full_optimizer_state
 from recast.trainer.runfiles import check_checkpoint_config
 from recast.trainer.validate import RUN_MARKER
 
@@ -28,10 +31,15 @@ class Persistent:
     """Checkpoint, resume and evaluation-log methods of the trainer (see the module docstring)."""
 
     def state_dict(self) -> dict:
-        """Everything needed to continue bit-exactly."""
+        """Everything needed to continue bit-exactly (``rng`` is this process's random state; `save` adds every
+        process's as ``rng_ranks`` when there are several). Sharded, every process calls it (whole tensors are
+        gathered) and the main process's is complete."""
+        optimizer = (full_optimizer_state(self.model, self.optimizer, self.policy.names) if self.sharded
+                     else self.optimizer.state_dict())
         return {"iteration": self.iteration, "config": self.cfg.to_dict(), "reward_names": list(self.reward_names),
-                "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "rng": ckpt.capture_rng(self._generators()), "W": self.W, "D": self.D,
+                "policy": self.policy.state_dict(), "optimizer": optimizer,
+                "rng": ckpt.capture_rng(self._generators()), "num_processes": self.acc.num_processes,
+                "W": self.W, "D": self.D,
                 "credit": self.credit.state_dict(), "update_offset": self.update_offset,
                 "queries": dict(self.queries), "replay": self.replay.state_dict() if self.replay is not None else None}
 
@@ -40,15 +48,21 @@ class Persistent:
         return {"train": self.gen} if self.replay_gen is None else {"train": self.gen, "replay": self.replay_gen}
 
     def save(self) -> None:
-        """Atomically write the checkpoint (main process), after checking that every weight in it is finite.
+        """Atomically write the checkpoint (main process), after checking that every weight in it is finite. Every
+        process calls it: each one's random state is gathered into the checkpoint, to be restored as its own.
 
         Raises:
             NonFiniteLossError: a NaN/inf parameter, old-policy, EMA or W entry; the last checkpoint stays intact.
         """
         self.acc.wait_for_everyone()
+        rng_ranks = gather_rng(self.acc, self._generators())
+        if not (self.main or self.sharded):
+            return
+        state = self.state_dict()  # sharded: a collective, joined by every process
         if not self.main:
             return
-        state = self.state_dict()
+        if rng_ranks is not None:
+            state["rng_ranks"] = rng_ranks
         tensors = {f"{group}/{name}": t for group in ("params", "old", "ema", "ref")
                    for name, t in (state["policy"].get(group) or {}).items()}
         bad = ckpt.non_finite({**tensors, "W": state["W"]})
@@ -79,8 +93,9 @@ class Persistent:
             raise ValueError(f"cannot resume {self.out} to iterations={self.cfg.iterations}: its checkpoint is already "
                              f"at iteration {int(state['iteration'])}; ask for at least that many (--iterations)")
         self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        ckpt.restore_rng(state["rng"], self._generators())
+        self._load_optimizer(state["optimizer"])
+        # each process continues its own streams (a checkpoint of one process holds only "rng")
+        restore_rank_rng(state, self._generators(), self.acc.process_index, self.cfg.seed)
         self.credit.load_state_dict(state["credit"] if "credit" in state else self._legacy_credit(state))
         if self.replay is not None:
             self.replay.load_state_dict(state["replay"])
@@ -101,6 +116,25 @@ class Persistent:
             now = self.cfg.to_dict()
             if any(saved.get(k) != now[k] for k in ckpt.RESUMABLE_FIELDS):
                 write_json(self.out / "config.json", {**saved, **{k: now[k] for k in ckpt.RESUMABLE_FIELDS}})
+            self._record_processes()
+
+    def _record_processes(self) -> None:
+        """A resume on another number of processes (asked for: `check_processes` refuses it otherwise) says how the
+        global batch changes, and the run marker records the new layout and when it changed."""
+        from recast.distributed import global_batch
+
+        before, now = marker_processes(self.out), self.acc.num_processes
+        if before == now:
+            return
+        saved = read_json(self.out / "config.json")
+        marker = dict(saved[RUN_MARKER])
+        old = marker.get("global_batch") or {"images": before * self.cfg.B}
+        new = global_batch(self.plan)
+        print(f"resuming {self.out} at iteration {self.iteration} on {now} process(es) where it trained on {before}: "
+              f"the global batch changes from {old['images']} to {new['global_batch']['images']} images "
+              f"({new['global_batch']['prompts']} prompts) per iteration", flush=True)
+        changes = list(marker.get("process_changes", [])) + [{"iteration": self.iteration, "from": before, "to": now}]
+        write_json(self.out / "config.json", {**saved, RUN_MARKER: {**marker, **new, "process_changes": changes}})
 
     def _initialize_from(self, run_dir) -> None:
         """Start a new stage from another run's last checkpoint: its LoRA, optimiser, old policy and EMA, and its
@@ -124,11 +158,18 @@ class Persistent:
             raise ValueError(f"config field initialize_from: {src} is not a stage this run can continue ({'; '.join(diff)})")
         try:
             self.policy.load_state_dict(state["policy"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            self._load_optimizer(state["optimizer"])
         except (KeyError, ValueError, RuntimeError) as err:
             raise ValueError(f"config field initialize_from: {src}: its adapter or optimiser does not fit this run "
                              f"({str(err).splitlines()[0][:200]})") from None
         self.update_offset = int(state.get("update_offset", 0)) + int(state["iteration"])
+
+    def _load_optimizer(self, state: dict) -> None:
+        """The optimiser's state from a checkpoint (one layout, sharded or not: `recast.trainer.sharding`)."""
+        if self.sharded:
+            load_full_optimizer_state(self.model, self.optimizer, state, self.policy.names)
+        else:
+            self.optimizer.load_state_dict(state)
 
     def _legacy_credit(self, state: dict) -> dict:
         """The credit state of a checkpoint written before `recast.credit` (W, D and the tracker at the top level)."""
@@ -142,14 +183,16 @@ class Persistent:
     def evaluate(self, grid: bool = True) -> None:
         """Score the EMA policy on test prompts now (main process) and append the record to eval.jsonl.
 
-        Every global RNG (python, numpy, torch) is restored afterwards, so evaluating cannot shift training.
+        Every global RNG (python, numpy, torch) is restored afterwards, so evaluating cannot shift training. A sharded
+        transformer's passes are collectives: every process evaluates, alike, and the main one writes.
         """
-        if self.main:
+        if self.main or self.sharded:
             saved = ckpt.capture_rng({})
             try:
-                rec = evaluate_policy(self, grid=grid)
+                rec = evaluate_policy(self, grid=grid and self.main)
             finally:
                 ckpt.restore_rng(saved, {})
+        if self.main:
             append_jsonl(self.out / "eval.jsonl", rec)
             if self.cfg.log_with:
                 from recast.trainer.tracking import log_evaluation

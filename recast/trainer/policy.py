@@ -4,6 +4,11 @@ Only the trainable parameters are ever copied. With LoRA (rank > 0) that is the 
 the EMA are two extra copies of them, and the frozen reference is the base model with adapters disabled. With full
 fine-tuning (rank 0) every transformer parameter is trainable, and the reference is a copy made only when asked for.
 Companions are used by swapping their values into the live parameters for a no-grad forward pass (`Policy.use`).
+
+The companions are copies of the parameters themselves, so they live wherever the parameters do: after the
+transformer is sharded over processes (`recast.trainer.sharding`), `Policy.rebind` re-reads the sharded parameters
+and remakes the companions from them, split as they are. This is the one implementation of the old policy (an
+earlier second one, the old policy as a second peft adapter, was removed from `recast.worlds.sd3.lora`).
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+
+from recast.trainer.sharding import copy_full_, full_tensor
 
 __all__ = ["LORA_TARGETS", "Policy", "old_decay"]
 
@@ -21,6 +28,11 @@ LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", 
 def old_decay(step: int, rate: float = 0.001, max_decay: float = 0.5) -> float:
     """DiffusionNFT's old-policy decay d = min(rate * step, max_decay) (0 at step 0: old = current)."""
     return min(rate * step, max_decay)
+
+
+def _check_decay(decay: float) -> None:
+    if not 0.0 <= decay <= 1.0:
+        raise ValueError(f"decay must be in [0, 1], got {decay}")
 
 
 class Policy:
@@ -55,14 +67,22 @@ class Policy:
                     p.data = p.data.float()
         else:
             transformer.requires_grad_(True)
-        named = [(n, p) for n, p in transformer.named_parameters() if p.requires_grad]
-        if not named:
+        self.keep_ref = keep_ref
+        self.rebind()
+        if not self.params:
             raise ValueError("no trainable parameters: LoRA found none of its target modules")
+
+    @torch.no_grad()
+    def rebind(self) -> None:
+        """Read the transformer's trainable parameters again and make the old policy, EMA (and reference) copies of
+        them: at construction, and after sharding replaced the parameters (`recast.trainer.sharding`), whose values
+        are still the ones the companions held then."""
+        named = [(n, p) for n, p in self.transformer.named_parameters() if p.requires_grad]
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
         self.old = [p.detach().clone() for p in self.params]
         self.ema = [p.detach().clone() for p in self.params]
-        self.ref = [p.detach().clone() for p in self.params] if keep_ref and not self.lora else None
+        self.ref = [p.detach().clone() for p in self.params] if self.keep_ref and not self.lora else None
 
     @property
     def num_trainable(self) -> int:
@@ -99,20 +119,23 @@ class Policy:
 
     @torch.no_grad()
     def update_old(self, decay: float) -> None:
-        """theta_old <- decay * theta_old + (1 - decay) * theta."""
+        """theta_old <- decay * theta_old + (1 - decay) * theta (ValueError for a decay outside [0, 1])."""
+        _check_decay(decay)
         for o, p in zip(self.old, self.params):
             o.mul_(decay).add_(p.detach(), alpha=1.0 - decay)
 
     @torch.no_grad()
     def update_ema(self, decay: float) -> None:
-        """ema <- decay * ema + (1 - decay) * theta."""
+        """ema <- decay * ema + (1 - decay) * theta (ValueError for a decay outside [0, 1])."""
+        _check_decay(decay)
         for e, p in zip(self.ema, self.params):
             e.mul_(decay).add_(p.detach(), alpha=1.0 - decay)
 
     def state_dict(self) -> dict:
-        """CPU copies of the trainable parameters, old policy, EMA (and reference for full fine-tuning)."""
+        """CPU copies of the trainable parameters, old policy, EMA (and reference for full fine-tuning), whole: on a
+        sharded transformer every process must call it (each tensor is gathered)."""
         def pack(ts):
-            return None if ts is None else {n: t.detach().cpu().clone() for n, t in zip(self.names, ts)}
+            return None if ts is None else {n: full_tensor(t.detach()).cpu().clone() for n, t in zip(self.names, ts)}
 
         return {"names": list(self.names), "params": pack(self.params), "old": pack(self.old), "ema": pack(self.ema),
                 "ref": pack(self.ref)}
@@ -126,4 +149,4 @@ class Policy:
             if dst is None or state.get(key) is None:
                 continue
             for n, t in zip(self.names, dst):
-                t.copy_(state[key][n].to(t.device))
+                copy_full_(t, state[key][n])  # a sharded tensor takes its own piece

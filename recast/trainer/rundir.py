@@ -23,6 +23,7 @@ import torch
 from recast.io import read_json, read_jsonl
 from recast.trainer.checkpoint import (CHECKPOINT, LOG_FILES, RESOLVED_FIELDS, check_resume_config,
                                       load_checkpoint)
+from recast.trainer.ranks import check_processes
 
 __all__ = ["EXIT_BUSY", "LOCK_FILE", "RUN_FILES", "RUN_MARKER", "RunDirBusyError", "RunLock", "check_out_dir", "is_recast_run",
            "check_run_dir", "is_finished", "unlink_run_files"]
@@ -173,7 +174,8 @@ def is_finished(out: Path, iterations: int) -> bool:
             and evals[-1].get("iteration") == iterations)
 
 
-def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=None) -> str:
+def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=None, num_processes: int = 1,
+                  change_processes: bool = False) -> str:
     """Decide how a run starts in `out`, from what it holds and what was asked for.
 
     Args:
@@ -184,6 +186,9 @@ def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=N
         spec: the config's `RunSpec`. With it, a resume compares the reward names and normalised budgets the config
             resolves to with those the run trained with (its run marker) instead of the raw ``setting``,
             ``rewards`` and ``lam`` fields.
+        num_processes: the processes of this launch. A resume on another number than the run's marker records
+            is refused (the global batch would change silently), unless ``change_processes``.
+        change_processes: allow that resume.
 
     Returns:
         "fresh", "resume" or "finished".
@@ -192,7 +197,8 @@ def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=N
         FileNotFoundError: resume without a checkpoint or config.json.
         FileExistsError: a fresh start in a folder that holds a run or other files; a link or a directory where a
             run file belongs.
-        ValueError: --resume with --overwrite; a resume whose config differs from the run's, naming the fields.
+        ValueError: --resume with --overwrite; a resume whose config differs from the run's, naming the fields;
+            a resume on another number of processes, naming both.
     """
     _need(not (resume is True and overwrite), "--resume and --overwrite contradict each other: --resume continues "
                                               "the run in --out, --overwrite deletes it; pass one")
@@ -203,11 +209,14 @@ def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=N
         if has_run and ckpt:
             try:
                 _check_resume(out, cfg, spec)
+                finished = is_finished(out, cfg.iterations)
+                if not finished:  # a finished run is returned as it is, whatever launched it
+                    check_processes(out, cfg, num_processes, change_processes)
             except ValueError as err:
                 if overwrite:
                     return "fresh"
                 raise ValueError(f"{err}; or pass --overwrite to replace it") from None
-            return "finished" if is_finished(out, cfg.iterations) else "resume"
+            return "finished" if finished else "resume"
         if has_run:  # killed before its first checkpoint: nothing to continue, and its files are this run's
             _check_not_lost(out, cfg, overwrite)
             try:
@@ -220,6 +229,7 @@ def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=N
         resume = False
     if resume:
         _check_resume(out, cfg, spec)
+        check_processes(out, cfg, num_processes, change_processes)
         return "resume"
     present = [f for f in RUN_FILES if (out / f).exists() or (out / f).is_symlink()]
     if present and not overwrite and is_recast_run(out) and not (out / CHECKPOINT).is_file():

@@ -21,6 +21,7 @@ from recast.solver import ConvergenceError, min_temperature
 from recast.advantages import normalise_budgets, validate_W
 from recast.trainer.bounds import check_bounds
 from recast.trainer.rundir import RUN_FILES, RUN_MARKER, check_out_dir, check_run_dir, is_recast_run
+from recast.trainer.sharding import check_fsdp
 from recast.trainer.speed import SDPA_BACKENDS, check_switches
 from recast.trainer.tracking import check_trackers
 from recast.world import world_info, world_settings
@@ -161,6 +162,7 @@ def validate_config(cfg: TrainConfig) -> RunSpec:
     _need(cfg.sdpa_backend in SDPA_BACKENDS, f"config field sdpa_backend: unknown {cfg.sdpa_backend!r}; choose from "
                                              f"{SDPA_BACKENDS}")
     check_switches(cfg)
+    check_fsdp(cfg)  # a sharded run's passes must stay in step over processes (recast.trainer.sharding)
     _need(not cfg.lora_merge_rollouts or cfg.lora_rank > 0, "config field lora_merge_rollouts: needs LoRA "
                                                             "(lora_rank > 0); a full fine-tuning run has no adapter")
     _check_device(cfg.device)

@@ -1,9 +1,9 @@
 """SD3 / SD3.5 at paper scale: a diffusers `StableDiffusion3Pipeline` behind `recast.world.World`.
 
     world = recast.world.load_world("sd3:/models/sd3.5-medium")   # or "sd3-tiny" for a random tiny pipeline
-    add_lora(world.transformer)                                    # r32/alpha64 + the old policy as adapter "old"
+    policy = recast.trainer.policy.Policy(world.transformer, lora_rank=32, lora_alpha=64.0)  # + old policy, EMA
 
-Submodules: `world` (loading, text cache, VAE, CFG), `lora` (adapters, old-policy decay, diffusers-format I/O),
+Submodules: `world` (loading, text cache, VAE, CFG), `lora` (a trained adapter in diffusers' format),
 `tiny` (the offline test pipeline), `prompts` (prompt files, GenEval metadata), `rewards` (reward models),
 `vlm_judge` (pairwise LLM-as-a-judge).
 """
