@@ -17,6 +17,7 @@ __all__ = [
     "normalise_budgets",
     "group_stats",
     "reward_to_p",
+    "advantages_from_moments",
     "silenced_rewards",
     "group_advantages",
     "reward_sum",
@@ -131,6 +132,18 @@ def silenced_rewards(R: torch.Tensor, std_floor: float, reward_range=1.0) -> tor
     return R.std(dim=1, unbiased=False) < std_floor * rng
 
 
+def advantages_from_moments(R: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, *, adv_clip_max: float,
+                            std_floor: float, reward_range) -> Advantages:
+    """`Advantages` of rewards R (K, B) from their per-sample mean and std (K, B): `reward_to_p`, then every reward
+    whose batch std is below ``std_floor × reward_range`` silenced (A = 0, p = 0.5); std_floor 0 silences none."""
+    A, p = reward_to_p(R, mean, std, adv_clip_max)
+    silenced = silenced_rewards(R, std_floor, reward_range) if std_floor > 0 else torch.zeros(
+        R.shape[0], dtype=torch.bool, device=R.device)
+    A = torch.where(silenced[:, None], torch.zeros_like(A), A)
+    p = torch.where(silenced[:, None], torch.full_like(p, 0.5), p)
+    return Advantages(A=A, p=p, mean=mean, std=std, silenced=silenced)
+
+
 def group_advantages(R: torch.Tensor, G: int, *, adv_clip_max: float = 5.0, std_scope: str = "global",
                      std_floor: float = 0.0, reward_range=1.0) -> Advantages:
     """Normalise each reward within its prompt group (docs/method.md §3).
@@ -153,12 +166,8 @@ def group_advantages(R: torch.Tensor, G: int, *, adv_clip_max: float = 5.0, std_
     if R.ndim != 2:
         raise ValueError(f"R must be (K, B), got shape {tuple(R.shape)}")
     mean, std = group_stats(R, G, std_scope)
-    A, p = reward_to_p(R, mean, std, adv_clip_max)
-    silenced = silenced_rewards(R, std_floor, reward_range) if std_floor > 0 else torch.zeros(
-        R.shape[0], dtype=torch.bool, device=R.device)
-    A = torch.where(silenced[:, None], torch.zeros_like(A), A)
-    p = torch.where(silenced[:, None], torch.full_like(p, 0.5), p)
-    return Advantages(A=A, p=p, mean=mean, std=std, silenced=silenced)
+    return advantages_from_moments(R, mean, std, adv_clip_max=adv_clip_max, std_floor=std_floor,
+                                   reward_range=reward_range)
 
 
 def reward_sum(R: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:

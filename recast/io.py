@@ -191,6 +191,27 @@ def read_bytes(path: str | os.PathLike, limit: int | None = None, what: str = "f
     return data
 
 
+def writable_folder(path: str | os.PathLike, what: str) -> Path:
+    """The folder `path`, created if missing, checked writable by this process (before any compute that fills it).
+
+    Args:
+        what: how messages name it, e.g. ``"notebook parameter out_dir: /x"``.
+
+    Raises:
+        FileExistsError: `path` is a file. PermissionError: it cannot be created, or this process cannot write there.
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{what} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PermissionError(f"{what} cannot be created ({err.strerror or err})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise PermissionError(f"{what} is not writable")
+    return out
+
+
 def current_umask() -> int:
     """The process umask (read by setting and restoring it)."""
     mask = os.umask(0)

@@ -15,7 +15,6 @@ can be written. Anything that does not parse is refused in one line naming the p
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -118,18 +117,11 @@ def check_output_dir(path, name: str = "out_dir") -> Path:
     Raises:
         PermissionError / FileExistsError: naming the parameter and the folder.
     """
-    out = Path(str(path))
+    from recast.io import writable_folder
+
     if not str(path).strip():
         raise ValueError(f"notebook parameter {name}: empty; give a folder")
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"notebook parameter {name}: {out} is a file, not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise PermissionError(f"notebook parameter {name}: cannot create {out} ({err.strerror or err})") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise PermissionError(f"notebook parameter {name}: {out} is not writable")
-    return out
+    return writable_folder(str(path), f"notebook parameter {name}: {path}")
 
 
 def typed_parameters(namespace: dict, outputs: Sequence[str] = (), *, figures: bool = True) -> dict:

@@ -11,6 +11,8 @@ import numpy as np
 import seaborn as sns
 import torch
 
+from recast.io import writable_folder
+
 __all__ = ["figures_dir", "check_figures_dir", "savefig", "plot_weights", "plot_discriminability"]
 
 
@@ -39,15 +41,7 @@ def check_figures_dir(outdir: str | os.PathLike | None = None) -> Path:
     """
     out = Path(outdir) if outdir is not None else figures_dir()
     where = f"RECAST_FIGURES_DIR={out}" if outdir is None and os.environ.get("RECAST_FIGURES_DIR") else str(out)
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"the figures folder {where} is not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise PermissionError(f"the figures folder {where} cannot be created ({err.strerror})") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise PermissionError(f"the figures folder {where} is not writable")
-    return out
+    return writable_folder(out, f"the figures folder {where}")
 
 
 def savefig(fig: plt.Figure, name: str, outdir: str | os.PathLike | None = None, dpi: int = 200) -> list[Path]:

@@ -103,3 +103,18 @@ def test_reward_sum_is_an_aggregation_not_a_W():
     assert torch.equal(step_signal(None, s, cols), s[0])  # the same combined signal at every column
     with pytest.raises(ValueError, match="one combined reward"):
         step_signal(None, torch.rand(2, 3), cols)
+
+
+def test_advantages_from_moments_is_group_advantages_on_its_moments_and_silences_flat_rewards():
+    from recast.advantages import advantages_from_moments, group_advantages, group_stats
+
+    g = torch.Generator().manual_seed(3)
+    R = torch.rand(3, 8, generator=g, dtype=torch.float64)
+    R[2] = 0.5 + 1e-6 * torch.rand(8, generator=g, dtype=torch.float64)  # a reward that barely moves
+    mean, std = group_stats(R, 4, "group")
+    got = advantages_from_moments(R, mean, std, adv_clip_max=2.0, std_floor=1e-3, reward_range=1.0)
+    want = group_advantages(R, 4, adv_clip_max=2.0, std_scope="group", std_floor=1e-3)
+    assert torch.equal(got.A, want.A) and torch.equal(got.p, want.p) and got.silenced.tolist() == [False, False, True]
+    assert (got.A[2] == 0).all() and (got.p[2] == 0.5).all() and got.A[:2].abs().max() <= 2.0
+    kept = advantages_from_moments(R, mean, std, adv_clip_max=2.0, std_floor=0.0, reward_range=1.0)
+    assert not kept.silenced.any() and kept.A[2].abs().sum() > 0  # floor 0 silences none

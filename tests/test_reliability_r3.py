@@ -287,7 +287,7 @@ def test_P01_P03_notebook_values_are_parsed_by_their_declared_type():
 
 def test_P06_P08_outputs_and_the_figures_folder_are_checked_before_compute(tmp_path, monkeypatch):
     cell = 'out_dir: str = "x"  # where\n'
-    with pytest.raises(PermissionError, match=r"notebook parameter out_dir: cannot create /proc/recast_01"):
+    with pytest.raises(PermissionError, match=r"notebook parameter out_dir: /proc/recast_01 cannot be created"):
         _notebook(cell, 'out_dir = "/proc/recast_01"', outputs=["out_dir"], figures=False)
     blocker = tmp_path / "figfile"
     blocker.write_text("a file")
@@ -421,3 +421,31 @@ def test_min_norm_batches_agree_with_single_samples():
     single = torch.cat([min_norm_coefficients(A[:, i:i + 1], prior) for i in range(32)])
     torch.testing.assert_close(batch, single, rtol=0, atol=1e-12)
     assert math.isclose(float((batch.sum(-1) - 1).abs().max()), 0.0, abs_tol=1e-12)
+
+
+def test_writable_folder_makes_the_folder_or_names_why_not(tmp_path):
+    from recast.io import writable_folder
+
+    assert writable_folder(tmp_path / "a" / "b", "x").is_dir()
+    (tmp_path / "f").write_text("a file")
+    with pytest.raises(FileExistsError, match="^the out folder is a file, not a folder$"):
+        writable_folder(tmp_path / "f", "the out folder")
+    with pytest.raises(PermissionError, match=r"^here cannot be created \("):
+        writable_folder(tmp_path / "f" / "below", "here")
+
+
+def test_writable_folder_refuses_a_folder_this_process_cannot_write(tmp_path):
+    import os
+
+    from recast.io import writable_folder
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os.access(ro, os.W_OK):  # root writes anywhere: nothing to refuse
+            pytest.skip("this process can write to a read-only folder (root)")
+        with pytest.raises(PermissionError, match="^ro is not writable$"):
+            writable_folder(ro, "ro")
+    finally:
+        ro.chmod(0o700)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from recast.experiments import study
+from helpers import assert_rows_match
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -219,16 +220,7 @@ def test_the_committed_results_rederive_from_the_committed_per_seed_data():
     for name, table in tables.items():
         if not table:
             continue
-        committed = read_csv(results / f"{name}.csv")
-        assert len(committed) == len(table), name
-        for want, got in zip(committed, table):
-            for k, v in got.items():
-                if isinstance(v, float) and math.isfinite(v):
-                    assert want[k] == pytest.approx(v, rel=1e-9, abs=1e-12), (name, k)
-                elif isinstance(v, float):  # write_csv stores inf and nan as empty cells (JSON has neither)
-                    assert want[k] is None or str(want[k]) == str(v), (name, k)
-                else:
-                    assert str(want[k]) == str(v), (name, k)
+        assert_rows_match(read_csv(results / f"{name}.csv"), table, name)
     page = (ROOT / "research/study/README.md").read_text()
     block = page.split("<!-- report -->\n", 1)[1].split("<!-- /report -->", 1)[0]
     assert block == study.report(tables, {r["stage"] for r in rows})

@@ -7,7 +7,6 @@ the committed records."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 
 from recast.experiments import study_f
 from recast.experiments import study_f_analysis as fa
+from helpers import assert_rows_match
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -234,14 +234,5 @@ def test_the_committed_stage_f_tables_rederive_from_the_committed_records():
     for name, table in tables.items():
         if not table:
             continue
-        saved = read_csv(results / f"{name}.csv")
-        assert len(saved) == len(table), name
-        for want, got in zip(saved, table):
-            for k, v in got.items():
-                if isinstance(v, float) and math.isfinite(v):
-                    assert want[k] == pytest.approx(v, rel=1e-9, abs=1e-12), (name, k)
-                elif isinstance(v, float):
-                    assert want[k] is None or str(want[k]) == str(v), (name, k)
-                else:
-                    assert str(want[k]) == str(v), (name, k)
+        assert_rows_match(read_csv(results / f"{name}.csv"), table, name)
     assert block == fa.page_block(tables)

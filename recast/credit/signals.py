@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from recast.advantages import Advantages, reward_to_p, silenced_rewards
+from recast.advantages import Advantages, advantages_from_moments
 
 __all__ = ["PRE_STD_FLOOR", "group_index", "group_moments", "standardise_in_groups", "to_signal", "weighted_sum",
            "pre_signal", "loss_signal", "mix_steps", "per_reward_advantages", "reward_sum_advantages"]
@@ -132,12 +132,8 @@ def per_reward_advantages(R: torch.Tensor, index: torch.Tensor, *, adv_clip_max:
         mean, std = group_moments(R, index)
     else:
         raise ValueError(f"std_scope must be 'global' or 'group', got {std_scope!r}")
-    A, p = reward_to_p(R, mean, std, adv_clip_max)
-    silenced = silenced_rewards(R, std_floor, reward_range) if std_floor > 0 else torch.zeros(
-        R.shape[0], dtype=torch.bool, device=R.device)
-    A = torch.where(silenced[:, None], torch.zeros_like(A), A)
-    p = torch.where(silenced[:, None], torch.full_like(p, 0.5), p)
-    return Advantages(A=A, p=p, mean=mean, std=std, silenced=silenced)
+    return advantages_from_moments(R, mean, std, adv_clip_max=adv_clip_max, std_floor=std_floor,
+                                   reward_range=reward_range)
 
 
 def reward_sum_advantages(R: torch.Tensor, lam: torch.Tensor, index: torch.Tensor, *,
