@@ -1,6 +1,9 @@
 """The online loop on the ci preset: every backend and method runs, ReCAST with one reward equals the baseline,
 bad input fails before any compute, and a NaN loss stops the run with the last checkpoint intact."""
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 import torch
 
@@ -38,6 +41,10 @@ def test_ci_iterations_run(tmp_path, backend, method):
 
         table = load_table(tmp_path / "recast_weights.npz")
         assert torch.equal(W, torch.from_numpy(table.W)) and rec["D"] is None and not run.weights
+        it, W_read = run.W_at(10**9)  # what the figures read: the fixed W, from the metrics
+        assert it == 2 and np.array_equal(W_read, table.W)
+        with pytest.raises(ValueError, match="no metrics record carries W"):
+            replace(run, metrics=[]).W_at(1)
     if method == "recast_live":
         assert len(run.weights) == 2 and rec["D"] is not None
         rows = torch.tensor(run.weights[-1]["W"], dtype=torch.float64).sum(1)

@@ -316,11 +316,11 @@ def plot_demo(runs: dict[str, list[Path]], rows: list[dict] | None = None):
     recast_runs = runs.get("recast") or runs.get("recast_live")
     if recast_runs:
         run = load_run(recast_runs[0])
+        it, W = run.W_at(10**9)
         if run.weights:  # the live estimate: W as last re-solved
-            it, W = run.W_at(10**9)
             title = f"(c) recast_live's W at iteration {it} (seed 0)"
         else:  # the paper's: one W, the run's weight table
-            W, title = np.asarray(run.metrics[-1]["W"], dtype=float), "(c) ReCAST's W (its weight table)"
+            title = "(c) ReCAST's W (its weight table)"
         plot_weights(W, run.reward_names, sigmas=run.sigmas, ax=axes[3], title=title)
     else:
         axes[3].axis("off")

@@ -50,7 +50,8 @@ def plot_cell_weights(runs: dict[tuple[str, str], "object"]) -> plt.Figure:
     Two rows per setting (W, then D), one column per budget.
 
     Args:
-        runs: (setting, budget) -> `recast.trainer.metrics.Run` of a method="recast" run, in display order.
+        runs: (setting, budget) -> `recast.trainer.metrics.Run` of a ReCAST run (its fixed weight table, or a
+            live run's last re-solve: `Run.W_at`), in display order.
     """
     settings, budgets = _by_setting(list(runs))
     ncol = max(len(b) for b in budgets.values())
@@ -65,8 +66,9 @@ def plot_cell_weights(runs: dict[tuple[str, str], "object"]) -> plt.Figure:
             budget = budgets[setting][j]
             r = runs[(setting, budget)]
             it, W = r.W_at(len(r.metrics))
+            when = f"iteration {it}" if r.weights else "fixed"
             plot_weights(W, r.reward_names, ax=top, vmax=vmax, annotate=False, cbar=j == ncol - 1,
-                         title=f"{setting} / {budget}: W, iteration {it}")
+                         title=f"{setting} / {budget}: W, {when}")
             try:
                 it_d, D = r.D_at(len(r.metrics))
                 plot_discriminability(D, r.reward_names, r.sigmas, ax=bottom, title=f"D_k(σ), iteration {it_d}")

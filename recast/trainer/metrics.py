@@ -120,10 +120,20 @@ class Run:
         return sorted({self.weights[i]["iteration"] for i in idx})
 
     def W_at(self, iteration: int) -> tuple[int, np.ndarray]:
-        """The last W (K, T) solved at or before `iteration` (and the iteration it was solved at)."""
+        """The W (K, T) in force after `iteration`, and the iteration it comes from: the last re-solve at or before it
+        (weights.jsonl) of a run that re-solves W (method 'recast_live'), else the W the last metrics record at or
+        before it trained with (a fixed W: the paper's weight table, λ/T, fixed_W).
+
+        Raises:
+            ValueError: the run has neither (no W re-solve and no metrics record carrying W).
+        """
         recs = [r for r in self.weights if r["iteration"] <= iteration] or self.weights[:1]
         if not recs:
-            raise ValueError(f"{self.path} has no W records (weights.jsonl): was it a method='recast_live' run?")
+            recs = [r for r in self.metrics if r["iteration"] <= iteration and r.get("W") is not None]
+            recs = recs or [r for r in self.metrics if r.get("W") is not None][:1]
+        if not recs:
+            raise ValueError(f"{self.path} has no W record (weights.jsonl is empty and no metrics record carries W): "
+                             "has it finished an iteration?")
         return recs[-1]["iteration"], np.array(recs[-1]["W"], dtype=float)
 
     def D_at(self, iteration: int) -> tuple[int, np.ndarray]:
