@@ -81,8 +81,11 @@ def test_a_demo_stopped_with_ctrl_c_continues_from_its_checkpoint_when_rerun(tmp
 
     out, env = tmp_path / "demo", {**os.environ, "RECAST_FIGURES_DIR": str(tmp_path / "figs"), "OMP_NUM_THREADS": "1"}
     run = out / "recast" / "seed_0"
+    # a shell's background job (`make test &`, nohup) ignores SIGINT, and its children inherit that: give the demo
+    # Python's own Ctrl-C handling back, as a terminal would have it
     proc = subprocess.Popen(_demo(out, tmp_path), cwd=tmp_path, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 180
     while not (run / "checkpoint.pt").is_file() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
