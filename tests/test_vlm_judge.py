@@ -357,30 +357,11 @@ def test_api_key_from_the_environment_and_a_proxy_from_the_environment(endpoints
 
 def test_transformers_backend_on_a_tiny_llava(tmp_path):
     """The local-model path end to end (chat template, two images, greedy generation) on a random tiny LLaVA."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import (CLIPImageProcessor, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor,
-                              PreTrainedTokenizerFast)
+    from helpers import tiny_llava
 
     from recast.worlds.sd3.vlm_judge import TransformersBackend
 
-    words = ["<pad>", "<unk>", "<s>", "</s>", "<image>", "user:", "assistant:"] + [f"w{i}" for i in range(20)]
-    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
-                                  eos_token="</s>", extra_special_tokens={"image_token": "<image>"})
-    template = ("{% for m in messages %}user: {% for c in m['content'] %}{% if c['type'] == 'image' %}<image> "
-                "{% else %}{{ c['text'] }} {% endif %}{% endfor %}{% endfor %}assistant:")
-    image_processor = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
-    LlavaProcessor(image_processor=image_processor, tokenizer=tok, patch_size=8, chat_template=template,
-                   vision_feature_select_strategy="default", num_additional_image_tokens=1).save_pretrained(tmp_path)
-    torch.manual_seed(0)
-    LlavaForConditionalGeneration(LlavaConfig(
-        vision_config=dict(model_type="clip_vision_model", image_size=32, patch_size=8, hidden_size=16,
-                           intermediate_size=32, num_hidden_layers=1, num_attention_heads=2),
-        text_config=dict(model_type="llama", vocab_size=len(words), hidden_size=16, intermediate_size=32,
-                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-                         max_position_embeddings=128, pad_token_id=0, bos_token_id=2, eos_token_id=3),
-        image_token_index=4, vision_feature_layer=-1)).save_pretrained(tmp_path)
+    words = tiny_llava(tmp_path)
     backend = TransformersBackend(str(tmp_path), "cpu", max_new_tokens=3, dtype=torch.float32)
     images = torch.rand(2, 3, 40, 40, generator=torch.Generator().manual_seed(0))
     verdicts = PairwiseVLMJudge(backend).judge(images, images.flip(0), ["w1 w2", "w3"])
