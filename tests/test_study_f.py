@@ -121,6 +121,20 @@ def test_run_trains_only_what_has_no_record_and_records_each_finished_run(finish
     assert json.loads(study_f.record_path(done, tmp_path / "rec").read_text()) == {"already": True}
 
 
+def test_run_refuses_a_checkout_other_than_the_records_trainer_before_any_compute(tmp_path, monkeypatch, capsys):
+    from recast.io import write_json
+
+    run = study_f.plan()[0]
+    write_json(study_f.record_path(run, tmp_path / "rec"), {"trainer_commit": "0" * 40})
+    assert study_f.trainer_commits(tmp_path / "rec") == {"0" * 40}
+    monkeypatch.setattr(study_f, "run_sweep", lambda *a, **k: pytest.fail("trained on another trainer commit"))
+    assert study_f.run(records=tmp_path / "rec") == 2
+    err = capsys.readouterr().err
+    assert "trained on 0000000000" in err and "git worktree add --detach ../studyF 0000000000" in err
+    monkeypatch.setattr(study_f, "plan", lambda **kw: [])  # allowed with --new-trainer (nothing left to train here)
+    assert study_f.run(records=tmp_path / "rec", new_trainer=True) == 0
+
+
 # ---------------------------------------------------------------------------------------- analysis, known answers
 def _rows(values: dict, *, setting="compose", iteration=30, metric="judge/color"):
     """values: arm -> [value per (budget, seed)] over budgets equal / a-x2 and seeds 0, 1."""
@@ -197,11 +211,12 @@ def test_nothing_is_read_before_the_primary_pair_is_in_and_unfinished_arms_are_l
         fa.readable(rows, tmp_path)
     for r in study_f.plan(arms=("static", "recast")):
         write_json(study_f.record_path(r, tmp_path), {})
-    write_json(study_f.record_path(study_f.plan(arms=("recast_live",))[0], tmp_path), {})
+    write_json(study_f.record_path(study_f.plan(arms=("recast_live",))[0], tmp_path), {"trainer_commit": "ab" * 20})
     assert study_f.complete_arms(tmp_path) == ("static", "recast")
     assert {r["arm"] for r in fa.readable(rows, tmp_path)} == {"static", "recast"}  # recast_live: 1 of 33, unread
     block = fa.page_block(fa.analyse(fa.readable(rows, tmp_path)), tmp_path)
     assert "`recast_live` (32 of 33 runs to go)" in block and "`recast_self` (33 of 33 runs to go)" in block
+    assert "run from a checkout of their trainer commit ababababab, continues them" in block
     assert block.startswith(fa.report(fa.analyse(fa.readable(rows, tmp_path))))
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from recast.experiments.sweep import SweepRun, run_sweep
 
 __all__ = ["ARMS", "SETTINGS", "SEEDS", "STAGE_DIR", "budgets", "plan", "make_tables", "record", "collect", "missing",
-           "complete_arms"]
+           "trainer_commits", "complete_arms"]
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGE_DIR = ROOT / "research" / "study" / "F"
@@ -144,13 +144,35 @@ def _commit_records(paths: list[Path], message: str) -> None:
     print(f"warning: could not commit {len(rel)} records; they are written, commit them by hand", file=sys.stderr)
 
 
+def trainer_commits(records: Path = RECORDS) -> set[str]:
+    """The trainer commits the records under ``records`` name (the amendment trains every run on one)."""
+    out = set()
+    for p in Path(records).glob("*/*/*/seed_*.json"):
+        commit = json.loads(p.read_text()).get("trainer_commit")
+        if commit:
+            out.add(commit)
+    return out
+
+
 def run(*, jobs: int = 2, arms=tuple(ARMS), chunk: int = 4, commit: bool = False, out_root="runs/study/F",
-        records: Path = RECORDS) -> int:
-    """Train every planned run without a record, `chunk` at a time, recording (and committing) each as it lands."""
+        records: Path = RECORDS, new_trainer: bool = False) -> int:
+    """Train every planned run without a record, `chunk` at a time, recording (and committing) each as it lands.
+
+    Refused (exit 2, before any compute) when this checkout's commit is not the one the records were trained on,
+    unless ``new_trainer`` (a deviation the amendment asks to log first)."""
     from recast.io import write_json
 
     head = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "HEAD"],
                           capture_output=True, text=True).stdout.strip() or "unknown"
+    others = sorted(trainer_commits(records) - {head})
+    if others and not new_trainer:
+        where = Path(records).resolve()
+        print(f"error: stage F's records were trained on {', '.join(c[:10] for c in others)}, this checkout is "
+              f"{head[:10]}: every run of the stage trains on one trainer commit. Continue from that commit: `git "
+              f"worktree add --detach ../studyF {others[0][:10]} && cd ../studyF && python -m "
+              f"recast.experiments.study_f run --jobs 2 --commit --records {where}`; or log a deviation in "
+              "research/study/preregistration.md and pass --new-trainer", file=sys.stderr)
+        return 2
     todo = [r for r in plan(out_root=out_root, arms=arms) if not record_path(r, records).is_file()]
     print(f"stage F: {len(todo)} runs without a record (trainer commit {head[:10]})", flush=True)
     failed = 0
@@ -213,6 +235,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out-root", default="runs/study/F")
     ap.add_argument("--records", default=str(RECORDS), help="where the run records go (a training worktree writes "
                     "into the main checkout's research/study/F/records)")
+    ap.add_argument("--new-trainer", action="store_true", help="train on a commit other than the records' (log the "
+                    "deviation first)")
     a = ap.parse_args(argv)
     arms = tuple(x for x in a.arms.split(",") if x)
     bad = [x for x in arms if x not in ARMS]
@@ -230,7 +254,7 @@ def main(argv=None) -> int:
     if a.command == "run":
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         return run(jobs=a.jobs, arms=arms, chunk=a.chunk, commit=a.commit, out_root=a.out_root,
-                   records=Path(a.records))
+                   records=Path(a.records), new_trainer=a.new_trainer)
     from recast.io import write_csv
 
     rows = collect(Path(a.records))
