@@ -95,7 +95,7 @@ def test_the_study_primary_figure_has_a_key_for_every_colour_it_draws(tmp_path, 
                                                                         writer(path, write))[1])
     monkeypatch.setattr(Figure, "savefig", lambda self, path, *a, **k: (saved.__setitem__(
         target[-1] if not isinstance(path, (str, Path)) else Path(path).name, self), real(self, path, *a, **k))[1])
-    rows = [r for p in sorted((study.STUDY_DIR / "data").glob("*.csv")) for r in study._read(p)]
+    rows = study.stage_rows(study.STUDY_DIR / "data")
     study.figures(rows, study.analyse(rows), tmp_path)
     fig = saved["study_primary.png"]
     (legend,) = fig.legends

@@ -25,7 +25,7 @@ from recast.experiments.sweep import SweepRun, budget_grid, is_finished, lambda_
 from recast.io import atomic_write
 
 __all__ = ["ARMS", "STAGES", "STUDY_DIR", "plan_stage", "collect", "paired_table", "tost", "auc",
-           "images_to_reach", "analyse", "report", "figures"]
+           "images_to_reach", "analyse", "report", "figures", "stage_rows"]
 
 STUDY_DIR = Path(__file__).resolve().parents[2] / "research" / "study"
 SEEDS = tuple(range(10))  # research/study/power.json
@@ -573,6 +573,12 @@ def _read(path: Path) -> list[dict]:
     return rows
 
 
+def stage_rows(data: Path) -> list[dict]:
+    """The per-seed rows of stages A–E in ``data`` (their `collect` CSVs); stage F's F.csv has its own analysis
+    (`recast.experiments.study_f_analysis`) and is not read here."""
+    return [r for p in sorted(Path(data).glob("*.csv")) if p.stem in STAGES for r in _read(p)]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("command", choices=("run", "collect", "analyse", "report", "figures", "list"))
@@ -605,7 +611,7 @@ def main(argv=None) -> int:
         print(f"{len(rows)} rows of {len({(r['setting'], r['budget'], r['arm'], r['seed']) for r in rows})} runs "
               f"-> {data / (a.stage + '.csv')}")
         return 0
-    rows = [r for p in sorted(data.glob("*.csv")) for r in _read(p)]
+    rows = stage_rows(data)
     from recast.io import write_csv
 
     out = STUDY_DIR / "results"

@@ -203,11 +203,19 @@ def complete_arms(records: Path = RECORDS) -> tuple[str, ...]:
     return tuple(a for a in ARMS if not missing((a,), records))
 
 
-def collect(records_dir: Path = RECORDS) -> list[dict]:
-    """Long rows (one per run × evaluation × metric, as A.csv) from the committed records, plus W and spread rows."""
+def collect(records_dir: Path = RECORDS, arms=None) -> list[dict]:
+    """Long rows (one per run × evaluation × metric, as A.csv) from the committed records, plus W and spread rows.
+
+    Args:
+        arms: only these arms' records (default: all). The CLI's `collect` takes the complete arms
+            (`complete_arms`): data/F.csv holds what the analysis may read, and a record of an unfinished arm
+            landing later leaves it as it is.
+    """
     rows = []
     for p in sorted(records_dir.glob("*/*/*/seed_*.json")):
         rec = json.loads(p.read_text())
+        if arms is not None and rec["arm"] not in arms:
+            continue
         key = dict(stage="F", setting=rec["setting"], budget=rec["budget"], arm=rec["arm"], seed=rec["seed"])
         per = rec["images_per_iteration"]
         for ev in rec["evals"]:
@@ -257,7 +265,7 @@ def main(argv=None) -> int:
                    records=Path(a.records), new_trainer=a.new_trainer)
     from recast.io import write_csv
 
-    rows = collect(Path(a.records))
+    rows = collect(Path(a.records), arms=complete_arms(Path(a.records)))
     write_csv(ROOT / "research" / "study" / "data" / "F.csv", rows)
     print(f"{len(rows)} rows of {len({(r['setting'], r['budget'], r['arm'], r['seed']) for r in rows})} runs")
     return 0

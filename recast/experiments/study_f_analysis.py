@@ -219,12 +219,12 @@ def page_block(tables: dict[str, list[dict]], records: Path | None = None) -> st
     from recast.experiments import study_f
 
     records = study_f.RECORDS if records is None else records
-    left = {a: len(study_f.missing((a,), records)) for a in study_f.ARMS}
-    todo = [f"`{a}` ({n} of {len(study_f.plan(arms=(a,)))} runs to go)" for a, n in left.items() if n]
+    done = study_f.complete_arms(records)
+    todo = [f"`{a}`" for a in study_f.ARMS if a not in done]  # no run counts: the block stays put as records land
     commits = sorted(study_f.trainer_commits(records))
     on = f", run from a checkout of their trainer commit {commits[0][:10]}," if len(commits) == 1 else ""
     tail = ["", f"Not yet run, so not read: {', '.join(todo)}; `python -m recast.experiments.study_f run --jobs 2 "
-            f"--commit`{on} continues them, `list` prints each command."] if todo else []
+            f"--commit`{on} continues them, `list` prints each command and whether it is done."] if todo else []
     return report(tables) + "\n".join(tail) + ("\n" if tail else "")
 
 
