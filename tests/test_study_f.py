@@ -43,6 +43,150 @@ def test_the_plan_is_the_amendments_design_in_priority_order():
     assert len(pairs) == 33 and all(len(set(v)) == 1 and len(v) == 2 for v in pairs.values())  # same λ per pair
 
 
+def test_the_sensitivity_check_and_the_null_are_planned_as_pre_registered():
+    from recast.config import preset
+
+    sens = study_f.sensitivity_plan()
+    assert len(sens) == 12 and [r.method for r in sens[:2]] == ["recast_kl2", "reading_kl2"]  # matched pairs
+    main = {(r.setting, r.method, r.seed): r for r in study_f.plan() if r.budget == "equal"}
+    for r in sens:
+        base = main[(r.setting, study_f.SENSITIVITY[r.method], r.seed)]
+        kl = preset("paper", setting=r.setting).kl_beta
+        assert study_f.KL_BETA[r.setting] == kl and r.budget == "equal"
+        assert r.args == (*base.args[:base.args.index("--out") + 1], str(r.out_dir),
+                          *base.args[base.args.index("--out") + 2:], "--set", f"kl_beta={2 * kl:g}")
+    assert {r.setting for r in study_f.sensitivity_plan(["quality"])} == {"quality"}
+    null = study_f.null_plan()
+    live = study_f.plan(arms=("recast_live",))[0]
+    assert [r.seed for r in null] == list(range(10)) and {r.method for r in null} == {"null_live"}
+    for r in null:
+        a = r.args
+        assert a[a.index("--rewards") + 1] == "color_jitter_a,color_jitter_b" and "--setting" not in a
+        assert a[a.index("--method") + 1] == "recast_live" and a[a.index("--lam") + 1] == "1,1"
+        assert a[-len(study_f.ARMS["recast_live"][1]):] == live.args[-len(study_f.ARMS["recast_live"][1]):]
+        assert "eval_every=0" in a and "--preset" in a and a[a.index("--preset") + 1] == "paper"
+    assert study_f.record_path(null[0], Path("R")) == Path("R/null/colour-twice/null_live/seed_0.json")
+
+
+def test_rel_departure_is_the_cellwise_departure_from_lambda_over_t():
+    assert study_f.rel_departure(None) is None
+    assert study_f.rel_departure(np.full((3, 4), 0.25 / 3)) == (0.0, 0.0)
+    mx, rms = study_f.rel_departure([[0.3, 0.1], [0.2, 0.4]])  # rows 0.4, 0.6: W_kt T / λ_k - 1 = ±1/2, ∓1/3
+    assert mx == pytest.approx(0.5) and rms == pytest.approx(np.sqrt((2 * 0.25 + 2 / 9) / 4))
+
+
+def _fake_records(root: Path, arms, spread: dict | None = None, settings=study_f.SETTINGS):
+    """Empty records of every planned run of ``arms``; ``spread``: (setting, arm) -> its signal sd."""
+    from recast.io import write_json
+
+    for r in study_f.plan(arms=arms):
+        if r.setting in settings:
+            sd = (spread or {}).get((r.setting, r.method), 0.1)
+            write_json(study_f.record_path(r, root), {"trainer_commit": "ab" * 20, "signal_sd": [sd, sd, None]})
+
+
+def test_the_sensitivity_check_is_due_only_where_the_spreads_differ_by_more_than_1_25(tmp_path):
+    assert study_f.sensitivity_due(tmp_path) == {}
+    _fake_records(tmp_path, ("recast",), {("compose", "recast"): 0.1, ("quality", "recast"): 0.1})
+    _fake_records(tmp_path, ("reading",), {("compose", "reading"): 0.13, ("quality", "reading"): 0.125},
+                  settings=("compose",))
+    due = study_f.sensitivity_due(tmp_path)
+    assert set(due) == {"compose"} and due["compose"]["ratio"] == pytest.approx(1.3) and due["compose"]["due"]
+    _fake_records(tmp_path, ("reading",), {("quality", "reading"): 0.125}, settings=("quality",))
+    due = study_f.sensitivity_due(tmp_path)
+    assert due["quality"]["ratio"] == pytest.approx(1.25) and not due["quality"]["due"]  # 1.25 is not "more than"
+    assert "recast_kl2" not in study_f.complete_arms(tmp_path)
+    from recast.io import write_json
+
+    for r in study_f.sensitivity_plan(["compose"]):
+        write_json(study_f.record_path(r, tmp_path), {"trainer_commit": "ab" * 20, "signal_sd": [0.1]})
+    assert {"recast_kl2", "reading_kl2"} <= set(study_f.complete_arms(tmp_path))
+    assert "null_live" not in study_f.complete_arms(tmp_path)
+    for r in study_f.null_plan():
+        write_json(study_f.record_path(r, tmp_path), {"trainer_commit": "ab" * 20, "signal_sd": [0.1]})
+    assert study_f.complete_arms(tmp_path)[-1] == "null_live"
+
+
+def test_run_trains_the_arms_then_the_due_sensitivity_runs_then_the_null(tmp_path, monkeypatch, capsys):
+    from recast.experiments.sweep import SweepReport
+
+    _fake_records(tmp_path, ("static", "recast", "recast_self", "recast_live"))
+    spreads = {("compose", "reading"): 0.5, ("quality", "reading"): 0.11}
+    _fake_records(tmp_path, ("reading",), spreads)  # compose 5x apart: due; quality 1.1x: not
+    for p in tmp_path.glob("*/equal/reading/seed_2.json"):
+        p.unlink()  # the last two reading runs are still to train
+    seen = []
+    monkeypatch.setattr(study_f, "record", lambda run, commit: {
+        "trainer_commit": commit, "signal_sd": [spreads.get((run.setting, run.method), 0.1)]})
+    monkeypatch.setattr(study_f, "run_sweep", lambda batch, jobs: (seen.extend(batch), SweepReport([], [], {}, 0.0,
+                                                                                                   []))[1])
+    monkeypatch.setattr(study_f, "_head", lambda checkout: "ab" * 20)
+    for r in study_f.plan() + study_f.sensitivity_plan() + study_f.null_plan():  # every run "finishes"
+        (tmp_path / "runs" / r.out_dir).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "runs" / r.out_dir / "eval.jsonl").write_text("")
+    monkeypatch.chdir(tmp_path / "runs")
+    assert study_f.run(records=tmp_path, chunk=3) == 0
+    assert [(r.setting, r.method) for r in seen[:2]] == [("compose", "reading"), ("quality", "reading")]
+    assert [(r.setting, r.method) for r in seen[2:8]] == [("compose", "recast_kl2"), ("compose", "reading_kl2")] * 3
+    assert [r.method for r in seen[8:]] == ["null_live"] * 10
+    out = capsys.readouterr().out
+    assert "sensitivity check, compose: mean signal spread recast 0.1, reading 0.5: ratio 5.00, due" in out
+    assert "sensitivity check, quality: mean signal spread recast 0.1, reading 0.11: ratio 1.10, not due" in out
+    seen.clear()
+    assert study_f.run(records=tmp_path) == 0 and seen == []  # all recorded: nothing trains again
+
+
+def _git(cwd, *args):
+    import subprocess
+
+    subprocess.run(["git", "-C", str(cwd), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                   capture_output=True)
+
+
+def test_run_trains_in_the_named_trainer_checkout_and_refuses_an_unfit_one(tmp_path, monkeypatch, capsys):
+    """--trainer: the children run in that checkout (their cwd, first on their path), the records name its commit;
+    a folder that is not a clean checkout of a recast package is refused before any compute."""
+    import os
+    import subprocess
+
+    from recast.experiments.sweep import SweepReport
+
+    assert "not a checkout" in study_f.check_trainer(tmp_path)
+    co = tmp_path / "trainer"
+    (co / "recast").mkdir(parents=True)
+    (co / "recast" / "__init__.py").write_text("")
+    assert "not a git checkout" in study_f.check_trainer(co)
+    _git(co, "init", "-q")
+    _git(co, "add", "recast")
+    _git(co, "commit", "-q", "-m", "trainer")
+    assert study_f.check_trainer(co) is None
+    (co / "recast" / "__init__.py").write_text("x = 1\n")
+    assert "uncommitted changes" in study_f.check_trainer(co)
+    monkeypatch.setattr(study_f, "run_sweep", lambda *a, **k: pytest.fail("trained in an unfit checkout"))
+    assert study_f.run(records=tmp_path / "rec", trainer=co) == 2
+    assert "--trainer:" in capsys.readouterr().err and "uncommitted changes" in study_f.check_trainer(co)
+    _git(co, "commit", "-q", "-am", "clean again")
+    head = subprocess.run(["git", "-C", str(co), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    run = study_f.plan()[0]
+    where = []
+
+    def fake_sweep(batch, jobs):
+        where.append((os.getcwd(), os.environ.get("PYTHONPATH")))
+        (Path(batch[0].out_dir)).mkdir(parents=True)
+        (Path(batch[0].out_dir) / "eval.jsonl").write_text("")
+        return SweepReport([], [], {}, 0.0, [])
+
+    monkeypatch.setattr(study_f, "plan", lambda **kw: [run])
+    monkeypatch.setattr(study_f, "run_sweep", fake_sweep)
+    monkeypatch.setattr(study_f, "record", lambda r, commit: {"trainer_commit": commit})
+    monkeypatch.setenv("PYTHONPATH", "before")
+    cwd = os.getcwd()
+    assert study_f.run(records=tmp_path / "rec", trainer=co, arms=tuple(study_f.ARMS)) == 0
+    assert where == [(str(co.resolve()), str(co.resolve()))] and (co / run.out_dir / "eval.jsonl").is_file()
+    assert os.getcwd() == cwd and os.environ["PYTHONPATH"] == "before"  # the driver's own state restored
+    assert study_f.trainer_commits(tmp_path / "rec") == {head}
+
+
 def test_the_committed_tables_follow_from_the_committed_profiles(tmp_path, monkeypatch):
     from recast.archives import load_table
 
@@ -115,7 +259,7 @@ def test_run_trains_only_what_has_no_record_and_records_each_finished_run(finish
         return SweepReport([], [], {str(other.out_dir): "boom"} if other in batch else {}, 0.0, [])
 
     monkeypatch.setattr(study_f, "run_sweep", fake_sweep)
-    assert study_f.run(records=tmp_path / "rec", chunk=1) == 1  # one failed run: exit 1, the others recorded
+    assert study_f.run(records=tmp_path / "rec", chunk=1, arms=tuple(study_f.ARMS)) == 1  # one failed: exit 1
     assert seen == [["static"], ["recast"]]  # the recorded run is not trained again
     assert study_f.record_path(finished, tmp_path / "rec").is_file()
     assert not study_f.record_path(other, tmp_path / "rec").exists()
@@ -132,8 +276,9 @@ def test_run_refuses_a_checkout_other_than_the_records_trainer_before_any_comput
     assert study_f.run(records=tmp_path / "rec") == 2
     err = capsys.readouterr().err
     assert "trained on 0000000000" in err and "git worktree add --detach ../studyF 0000000000" in err
+    assert "--trainer ../studyF" in err
     monkeypatch.setattr(study_f, "plan", lambda **kw: [])  # allowed with --new-trainer (nothing left to train here)
-    assert study_f.run(records=tmp_path / "rec", new_trainer=True) == 0
+    assert study_f.run(records=tmp_path / "rec", new_trainer=True, arms=tuple(study_f.ARMS)) == 0
 
 
 # ---------------------------------------------------------------------------------------- analysis, known answers
@@ -202,6 +347,51 @@ def test_analyse_holds_holm_over_each_family_and_the_papers_table_counts_wins():
     assert "### The paper's table, compose" in text and "| judge/color | 0.1 | 0.5 | 0.615 | 4/4 |" in text
 
 
+def test_the_sensitivity_table_sets_the_kl2_pair_beside_recast_minus_reading():
+    rows = []
+    for metric, st, rc, rd, rc2, rd2 in (("judge/color", [0.5] * 4, [0.6, 0.61, 0.62, 0.63], [0.5, 0.5, 0.5, 0.52],
+                                          [0.4, 0.45], [0.5, 0.49]),
+                                         ("reward/weighted", [1.0] * 4, [1.1, 1.2, 1.0, 1.1], [1.0, 1.1, 1.05, 1.0],
+                                          [1.2, 1.0], [1.0, 1.1])):
+        rows += _rows({"static": [s + 0.01 * i for i, s in enumerate(st)], "recast": rc, "reading": rd},
+                      metric=metric)
+        rows += [r for r in _rows({"recast_kl2": rc2 * 2, "reading_kl2": rd2 * 2}, metric=metric)
+                 if r["budget"] == "equal"]
+    tables = fa.analyse(rows)
+    sens = {r["metric"]: r for r in tables["sensitivity"]}
+    assert set(sens) == {"P1 judge composite", "P2 reward/weighted"}
+    p2 = sens["P2 reward/weighted"]
+    base = next(r for r in tables["primary"] if r["arm"] == "recast" and r["baseline"] == "reading"
+                and r["metric"] == "P2 reward/weighted")
+    assert (p2["diff"], p2["n"], p2["verdict_holm"]) == (base["diff"], 4, base["verdict_holm"])
+    assert p2["equal_n"] == 2 and p2["equal_diff"] == pytest.approx(np.mean([0.1, 0.1]))
+    assert p2["kl2_n"] == 2 and p2["kl2_diff"] == pytest.approx(np.mean([0.2, -0.1]))
+    assert p2["sign_same"] and p2["decision_same"] == (p2["kl2_verdict_holm"] == base["verdict_holm"])
+    p1 = sens["P1 judge composite"]
+    assert p1["kl2_diff"] < 0 < p1["diff"] and not p1["sign_same"]  # colour falls at 2x kl_beta: the sign flips
+    assert "### kl_beta sensitivity, recast − reading" in fa.report(tables)
+    assert fa.analyse([r for r in rows if "kl2" not in r["arm"]])["sensitivity"] == []  # not run: no row
+
+
+def test_the_null_table_reads_the_departures_against_the_nulls_95th_percentile():
+    null = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    rows = [dict(stage="F", setting="null", budget="colour-twice", arm="null_live", seed=i, iteration=30, images=0,
+                 metric="W/max_rel_departure", value=v) for i, v in enumerate(null)]
+    live = {("equal", 0): 0.5, ("equal", 1): 1.5, ("a-x2", 0): 2.0, ("a-x2", 1): 0.05}
+    rows += [dict(stage="F", setting="compose", budget=b, arm="recast_live", seed=sd, iteration=30, images=0,
+                  metric="W/max_rel_departure", value=v) for (b, sd), v in live.items()]
+    got = {r["runs"]: r for r in fa.analyse(rows)["null"]}
+    assert list(got) == ["null: colour twice", "recast_live compose, all budgets", "recast_live compose, equal budget"]
+    assert got["null: colour twice"]["mean"] == pytest.approx(0.55) and got["null: colour twice"]["n"] == 10
+    assert got["null: colour twice"]["sd"] == pytest.approx(np.std(null, ddof=1))
+    q95 = np.quantile(null, 0.95)  # 0.955
+    assert got["recast_live compose, all budgets"]["above_null_q95"] == pytest.approx(2 / 4)
+    assert got["recast_live compose, equal budget"]["above_null_q95"] == pytest.approx(1 / 2) and q95 < 1.5
+    assert got["recast_live compose, all budgets"]["max"] == 2.0
+    assert "### W's departure from λ/T: the real-trainer null" in fa.report(fa.analyse(rows))
+    assert fa.analyse(rows[10:])["null"] == []  # no null runs: nothing to read the departures against
+
+
 def test_nothing_is_read_before_the_primary_pair_is_in_and_unfinished_arms_are_listed(finished, tmp_path):
     """The amendment: nothing of stage F is read until the static/recast pair is complete; then only the arms whose
     runs are all in are read, and the page lists the rest with the command that continues them."""
@@ -216,8 +406,11 @@ def test_nothing_is_read_before_the_primary_pair_is_in_and_unfinished_arms_are_l
     assert study_f.complete_arms(tmp_path) == ("static", "recast")
     assert {r["arm"] for r in fa.readable(rows, tmp_path)} == {"static", "recast"}  # recast_live: 1 of 33, unread
     block = fa.page_block(fa.analyse(fa.readable(rows, tmp_path)), tmp_path)
-    assert "Not yet run, so not read: `recast_self`, `recast_live`, `reading`;" in block
-    assert "run from a checkout of their trainer commit ababababab, continues them" in block
+    assert ("Not yet run, so not read: `recast_self`, `recast_live`, `reading`, the kl_beta sensitivity check "
+            "(`recast_kl2`, `reading_kl2`, decided once `recast` and `reading` are in), W's null for recast_live "
+            "(`null_live`);") in block
+    assert ("`python -m recast.experiments.study_f run --jobs 2 --commit --trainer ../studyF` (`git worktree add "
+            "--detach ../studyF ababababab` makes that checkout of their trainer commit) continues them") in block
     assert block.startswith(fa.report(fa.analyse(fa.readable(rows, tmp_path))))
 
 

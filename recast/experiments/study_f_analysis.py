@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["COMPARISONS", "PRIMARY_JUDGE", "TOST_MARGIN", "finals", "composite", "paired", "paper_table", "analyse",
-           "report", "readable", "page_block", "main"]
+           "sensitivity", "null_table", "report", "readable", "page_block", "main"]
 
-COMPARISONS = (("recast", "static"), ("recast", "recast_self"), ("recast", "recast_live"), ("recast", "reading"))
+COMPARISONS = (("recast", "static"), ("recast", "recast_self"), ("recast", "recast_live"), ("recast", "reading"),
+               ("recast_kl2", "reading_kl2"))  # the last: the kl_beta sensitivity check, where it was due
 PRIMARY_JUDGE = {"compose": "judge/color", "quality": "judge/fid"}  # stage A's primary judges, reported beside P1
 TOST_MARGIN = {"composite": 0.2, "judge/color": 0.0336, "judge/fid": 34.0}  # recast vs recast_live
 LOWER_IS_BETTER = ("judge/fid", "judge/defect_")
@@ -96,9 +97,11 @@ def _holm(rows: list[dict]) -> None:
 
 def analyse(rows: list[dict]) -> dict[str, list[dict]]:
     """Every stage-F table: primary, secondary, paper, tost, spread."""
-    tables = {"primary": [], "secondary": [], "paper": [], "tost": [], "spread": []}
+    from recast.experiments.study_f import SETTINGS
+
+    tables = {"primary": [], "secondary": [], "paper": [], "tost": [], "spread": [], "sensitivity": [], "null": []}
     F = [r for r in rows if r["stage"] == "F"]
-    for setting in sorted({r["setting"] for r in F}):
+    for setting in [s for s in SETTINGS if any(r["setting"] == s for r in F)]:
         for arm, base in COMPARISONS:
             prim = []
             for metric, a, b, up in (("P1 judge composite", composite(F, setting, arm), composite(F, setting, base), True),
@@ -123,12 +126,67 @@ def analyse(rows: list[dict]) -> dict[str, list[dict]]:
             if v:
                 tables["spread"].append(dict(setting=setting, arm=arm, runs=len(v), signal_sd=float(np.mean(list(
                     v.values())))))
+    tables["sensitivity"] = sensitivity(tables["primary"], F)
+    tables["null"] = null_table(F)
     return tables
 
 
-def paper_table(rows, setting: str, arms=("static", "recast")) -> list[dict]:
-    """The paper's form: per training reward and held-out judge, base / static / each arm's mean, and the arm's wins
-    over static out of the matched pairs."""
+def sensitivity(primary: list[dict], rows) -> list[dict]:
+    """The kl_beta sensitivity check, per setting where it ran: `recast − reading` at the setting's kl_beta (all pairs,
+    and its equal-budget pairs alone) beside `recast_kl2 − reading_kl2` (equal budget, twice the kl_beta), and
+    whether the verdict's sign and its Holm decision stay."""
+    out = []
+    for r2 in (r for r in primary if (r["arm"], r["baseline"]) == ("recast_kl2", "reading_kl2")):
+        r1 = next((r for r in primary if (r["setting"], r["metric"], r["arm"], r["baseline"]) ==
+                   (r2["setting"], r2["metric"], "recast", "reading")), None)
+        if r1 is None:
+            continue
+        setting, metric = r2["setting"], r2["metric"]
+        if metric.startswith("P1"):
+            a, b = composite(rows, setting, "recast"), composite(rows, setting, "reading")
+        else:
+            a, b = (finals(rows, setting, arm, "reward/weighted") for arm in ("recast", "reading"))
+        eq = paired({k: v for k, v in a.items() if k[0] == "equal"}, b, metric=metric)
+        out.append(dict(setting=setting, metric=metric, n=r1["n"], diff=r1["diff"], verdict_holm=r1["verdict_holm"],
+                        equal_n=eq["n"] if eq else 0, equal_diff=eq["diff"] if eq else float("nan"),
+                        kl2_n=r2["n"], kl2_diff=r2["diff"], kl2_ci_low=r2["ci_low"], kl2_ci_high=r2["ci_high"],
+                        kl2_verdict_holm=r2["verdict_holm"], sign_same=bool(np.sign(r1["diff"]) == np.sign(r2["diff"])),
+                        decision_same=r1["verdict_holm"] == r2["verdict_holm"]))
+    return out
+
+
+def null_table(rows) -> list[dict]:
+    """W's departure from λ/T (final W; max and root mean square over cells of |W_kt T / λ_k − 1|) under the
+    real-trainer null (colour entered twice, `null_live`) beside `recast_live`'s runs in each setting, with the share
+    of those runs above the null's 95th percentile (descriptive: the null has K = 2 rewards, the settings 4 and 5)."""
+    from recast.experiments.study_f import NULL_ARM, SETTINGS
+
+    out = []
+    for metric in ("W/max_rel_departure", "W/rms_rel_departure"):
+        null = np.array(list(finals(rows, "null", NULL_ARM, metric).values()), dtype=float)
+        if null.size < 2:
+            continue
+        q95 = float(np.quantile(null, 0.95))
+        groups = [("null: colour twice", null)]
+        for setting in SETTINGS:
+            v = finals(rows, setting, "recast_live", metric)
+            groups += [(f"recast_live {setting}, all budgets", np.array(list(v.values()), dtype=float)),
+                       (f"recast_live {setting}, equal budget",
+                        np.array([x for k, x in v.items() if k[0] == "equal"], dtype=float))]
+        for label, v in groups:
+            if v.size:
+                out.append(dict(metric=metric, runs=label, n=int(v.size), mean=float(v.mean()),
+                                sd=float(v.std(ddof=1)) if v.size > 1 else 0.0, max=float(v.max()),
+                                above_null_q95=float((v > q95).mean())))
+    return out
+
+
+def paper_table(rows, setting: str) -> list[dict]:
+    """The paper's form: per training reward and held-out judge, base / static / each arm's mean (the five arms
+    present, in priority order), and the arm's wins over static out of the matched pairs."""
+    from recast.experiments.study_f import ARMS
+
+    arms_order = list(ARMS)
     metrics = sorted({r["metric"] for r in rows if r["setting"] == setting and r["metric"].startswith("reward/")},
                      key=lambda m: (m == "reward/weighted", m)) + judges(rows, setting)
     out = []
@@ -137,7 +195,7 @@ def paper_table(rows, setting: str, arms=("static", "recast")) -> list[dict]:
         row = dict(setting=setting, metric=m, kind="judge" if m.startswith("judge/") else "reward",
                    base=float(np.mean(list(base.values()))) if base else float("nan"))
         st = finals(rows, setting, "static", m)
-        for arm in sorted({r["arm"] for r in rows if r["setting"] == setting}, key=lambda a: (a != "static", a)):
+        for arm in [a for a in arms_order if any(r["arm"] == a and r["setting"] == setting for r in rows)]:
             v = finals(rows, setting, arm, m)
             row[arm] = float(np.mean(list(v.values()))) if v else float("nan")
             if arm != "static":
@@ -190,6 +248,36 @@ def report(tables: dict[str, list[dict]]) -> str:
         out += [f"| {r['setting']} | {r['metric']} | {r['n']} | {_fmt(r)} | {r['wins']}/{r['n']} | "
                 f"{r['verdict_holm']} |" for r in sec]
         out.append("")
+    if tables["tost"]:
+        out += ["### Equivalence, recast − recast_live (TOST, 90 % interval inside ±margin)", "",
+                "| setting | endpoint | n | diff [90 % CI] | margin | p | equivalent |", "|---|---|---|---|---|---|---|"]
+        out += [f"| {r['setting']} | {r['metric']} | {r['n']} | {r['diff']:+.3g} [{r['ci90_low']:+.3g}, "
+                f"{r['ci90_high']:+.3g}] | ±{r['margin']:g} | {r['p']:.3g} | {'yes' if r['equivalent'] else 'no'} |"
+                for r in tables["tost"]]
+        out.append("")
+    if tables["spread"]:
+        out += ["### The combined signal's spread (mean over iterations and runs)", "",
+                "| setting | arm | runs | signal sd |", "|---|---|---|---|"]
+        out += [f"| {r['setting']} | {r['arm']} | {r['runs']} | {r['signal_sd']:.4g} |" for r in tables["spread"]]
+        out.append("")
+    if tables["sensitivity"]:
+        out += ["### kl_beta sensitivity, recast − reading (the pre-registered check)", "",
+                "| setting | endpoint | at kl_beta: diff (n), after Holm | equal budget only: diff (n) | "
+                "at 2 × kl_beta: diff [95 % CI] (n), after Holm | sign kept | decision kept |",
+                "|---|---|---|---|---|---|---|"]
+        out += [f"| {r['setting']} | {r['metric']} | {r['diff']:+.3g} ({r['n']}), {r['verdict_holm']} | "
+                f"{r['equal_diff']:+.3g} ({r['equal_n']}) | {r['kl2_diff']:+.3g} [{r['kl2_ci_low']:+.3g}, "
+                f"{r['kl2_ci_high']:+.3g}] ({r['kl2_n']}), {r['kl2_verdict_holm']} | "
+                f"{'yes' if r['sign_same'] else 'no'} | {'yes' if r['decision_same'] else 'no'} |"
+                for r in tables["sensitivity"]]
+        out.append("")
+    if tables["null"]:
+        out += ["### W's departure from λ/T: the real-trainer null beside recast_live (final W)", "",
+                "| measure | runs | n | mean | sd | max | share above the null's 95th percentile |",
+                "|---|---|---|---|---|---|---|"]
+        out += [f"| {r['metric'].split('/')[1]} | {r['runs']} | {r['n']} | {r['mean']:.3f} | {r['sd']:.3f} | "
+                f"{r['max']:.3f} | {r['above_null_q95']:.2f} |" for r in tables["null"]]
+        out.append("")
     return "\n".join(out)
 
 
@@ -220,11 +308,23 @@ def page_block(tables: dict[str, list[dict]], records: Path | None = None) -> st
 
     records = study_f.RECORDS if records is None else records
     done = study_f.complete_arms(records)
+    due = study_f.sensitivity_due(records)
     todo = [f"`{a}`" for a in study_f.ARMS if a not in done]  # no run counts: the block stays put as records land
+    if len(due) < len(study_f.SETTINGS) or (any(d["due"] for d in due.values()) and "recast_kl2" not in done):
+        todo.append("the kl_beta sensitivity check (`recast_kl2`, `reading_kl2`" + (
+            ", decided once `recast` and `reading` are in)" if len(due) < len(study_f.SETTINGS) else
+            f", due in {', '.join(s for s, d in due.items() if d['due'])})"))
+    if study_f.NULL_ARM not in done:
+        todo.append(f"W's null for recast_live (`{study_f.NULL_ARM}`)")
     commits = sorted(study_f.trainer_commits(records))
-    on = f", run from a checkout of their trainer commit {commits[0][:10]}," if len(commits) == 1 else ""
+    on = (f" --trainer ../studyF` (`git worktree add --detach ../studyF {commits[0][:10]}` makes that checkout of "
+          "their trainer commit)" if len(commits) == 1 else "`")
     tail = ["", f"Not yet run, so not read: {', '.join(todo)}; `python -m recast.experiments.study_f run --jobs 2 "
-            f"--commit`{on} continues them, `list` prints each command and whether it is done."] if todo else []
+            f"--commit{on} continues them, `list` prints each command and whether it is done."] if todo else []
+    quiet = [f"{s} {d['ratio']:.2f}" for s, d in due.items() if not d["due"]]
+    if quiet:
+        tail += ["", f"The kl_beta sensitivity check is not due where `recast` and `reading` differ in mean signal "
+                 f"spread by {study_f.SPREAD_RATIO:g}× or less: {', '.join(quiet)} (larger over smaller)."]
     return report(tables) + "\n".join(tail) + ("\n" if tail else "")
 
 
