@@ -414,6 +414,47 @@ def test_nothing_is_read_before_the_primary_pair_is_in_and_unfinished_arms_are_l
     assert block.startswith(fa.report(fa.analyse(fa.readable(rows, tmp_path))))
 
 
+# ------------------------------------------------------------------------------------------------------- figures
+def test_mean_W_averages_the_final_W_over_seeds_and_figures_follow_the_complete_arms(tmp_path):
+    from recast.experiments import study_f_figures as ff
+    from recast.io import write_json
+
+    lam = study_f.budgets("compose")["equal"]
+    K, T = len(lam), 6
+    for seed, shift in ((0, 0.01), (1, -0.01), (2, 0.0)):
+        W = np.full((K, T), 1 / (K * T))
+        W[0, 0] += shift
+        W[0, 1] -= shift
+        write_json(tmp_path / "compose" / "equal" / "recast_live" / f"seed_{seed}.json", {"W": W.tolist()})
+    W, n = ff.mean_W(tmp_path, "compose", "equal", "recast_live")
+    assert n == 3 and np.allclose(W, 1 / (K * T))  # the shifts cancel
+    assert ff.mean_W(tmp_path, "compose", "equal", "reading") is None
+    with pytest.raises(ValueError, match="unknown source 'nope'"):
+        ff.plot_W("nope")
+    with pytest.raises(ValueError, match="no recast_live record holds a W for compose/digit-x2"):
+        ff.plot_W("recast_live", tmp_path)
+    assert list(ff.figure_names(("static", "recast"))) == ["study_f_primary", "study_f_tables",
+                                                           "study_f_tables_self"]
+    assert ff.figure_names(("static", "recast", "reading"))["study_f_W_reading"] == "reading"
+
+
+def test_the_figures_draw_every_budget_and_write_png_and_pdf(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from recast.experiments import study_f_figures as ff
+
+    fig = ff.plot_W("self")
+    titled = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert len(titled) == 6 + 5 and "quality: equal" in titled and "compose: size_half_max-x2" in titled
+    plt.close(fig)
+    rows = _rows({"static": [1, 2, 3, 4], "recast": [2, 3, 4, 6]})
+    rows += _rows({"static": [1, 2, 3, 4], "recast": [2, 3, 4, 6]}, metric="reward/weighted")
+    paths = ff.figures(fa.analyse(rows), tmp_path / "fig", records=tmp_path / "none")
+    assert sorted(p.name for p in paths) == sorted(f"{n}.{e}" for n in ("study_f_primary", "study_f_tables",
+                                                                         "study_f_tables_self") for e in ("png", "pdf"))
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
 # ------------------------------------------------------------------------------------- the committed stage F data
 def test_the_committed_stage_f_tables_rederive_from_the_committed_records():
     """research/study/data/F.csv is `collect` of the committed records; research/study/results/F/*.csv is `analyse`
@@ -445,3 +486,8 @@ def test_the_committed_stage_f_tables_rederive_from_the_committed_records():
             continue
         assert_rows_match(read_csv(results / f"{name}.csv"), table, name)
     assert block == fa.page_block(tables)
+    import re
+
+    linked = re.findall(r"\]\((figures/[^)]+\.png)\)", block)
+    assert linked and all((ROOT / "research/study" / f).is_file() for f in linked), \
+        "python -m recast.experiments.study_f_analysis figures --figures research/study/figures"

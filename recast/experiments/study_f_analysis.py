@@ -321,6 +321,14 @@ def page_block(tables: dict[str, list[dict]], records: Path | None = None) -> st
           "their trainer commit)" if len(commits) == 1 else "`")
     tail = ["", f"Not yet run, so not read: {', '.join(todo)}; `python -m recast.experiments.study_f run --jobs 2 "
             f"--commit{on} continues them, `list` prints each command and whether it is done."] if todo else []
+    from recast.experiments.study_f_figures import figure_names
+
+    captions = {"primary": "each comparison's primary endpoints, paired, 95 % CI",
+                "renderings": "W per budget, the weight tables from the renderings proposal (`recast`)",
+                "self": "W per budget, the weight tables from the model's own samples (`recast_self`)"}
+    for name, src in figure_names(done).items():  # drawn by `figures --figures research/study/figures`
+        tail += ["", f"![Stage F: {captions.get(src, f'W per budget, the final live W of `{src}`, mean over seeds')}]"
+                 f"(figures/{name}.png)"]
     quiet = [f"{s} {d['ratio']:.2f}" for s, d in due.items() if not d["due"]]
     if quiet:
         tail += ["", f"The kl_beta sensitivity check is not due where `recast` and `reading` differ in mean signal "
@@ -364,7 +372,7 @@ def main(argv=None) -> int:
     if command == "figures":
         from recast.experiments.study_f_figures import figures
 
-        for p in figures(tables, Path(figures_dir)):
+        for p in figures(tables, Path(figures_dir)):  # the page links research/study/figures
             print(p)
         return 0
     out = STUDY_DIR / "results" / "F"

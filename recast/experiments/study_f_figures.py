@@ -1,37 +1,73 @@
-"""Stage F's figures: the weight tables per budget (W over rewards × steps) and the primary family as paired
-differences with their intervals."""
+"""Stage F's figures: W over rewards × steps per budget (the weight tables of each proposal, and the mean final W of
+each live arm whose runs are all in), and the primary family as paired differences with their intervals."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["figures", "plot_tables", "plot_primary"]
+__all__ = ["LIVE_ARMS", "mean_W", "plot_W", "plot_primary", "figure_names", "figures"]
+
+LIVE_ARMS = ("recast_live", "reading")  # the arms whose W moves during training: their final W is drawn
 
 
-def plot_tables(proposal: str = "renderings"):
-    """W of every budget of both settings (one heatmap each), from the committed weight tables."""
+def mean_W(records: Path, setting: str, budget: str, arm: str) -> tuple[np.ndarray, int] | None:
+    """The mean over seeds of an arm's final W (K, T) in one (setting, budget), and how many seeds it averages;
+    None where no record holds a W."""
+    Ws = [np.asarray(rec["W"], dtype=float) for rec in (json.loads(p.read_text()) for p in
+          sorted(Path(records).glob(f"{setting}/{budget}/{arm}/seed_*.json"))) if rec.get("W") is not None]
+    return (np.mean(Ws, axis=0), len(Ws)) if Ws else None
+
+
+def plot_W(source: str = "renderings", records: Path | None = None):
+    """W of every budget of both settings, one heatmap each, on one colour scale: ``source`` a proposal
+    (`renderings`, `self`: the committed weight tables) or a live arm (`recast_live`, `reading`: its runs' final W,
+    averaged over seeds, from the records)."""
     import matplotlib.pyplot as plt
 
     from recast.archives import load_table
-    from recast.experiments.study_f import SETTINGS, budgets, table_path
+    from recast.experiments import study_f
     from recast.plotting import plot_weights
 
-    cols = max(len(budgets(s)) for s in SETTINGS)
-    fig, axes = plt.subplots(len(SETTINGS), cols, figsize=(3.3 * cols, 2.9 * len(SETTINGS)), constrained_layout=True,
-                             squeeze=False)
-    for i, setting in enumerate(SETTINGS):
-        names = list(budgets(setting))
+    if source not in study_f.PROFILES and source not in LIVE_ARMS:
+        raise ValueError(f"unknown source {source!r}: a proposal ({', '.join(study_f.PROFILES)}) or a live arm "
+                         f"({', '.join(LIVE_ARMS)})")
+    records = study_f.RECORDS if records is None else Path(records)
+    panels = []
+    for setting in study_f.SETTINGS:
+        row = []
+        for name in study_f.budgets(setting):
+            if source in study_f.PROFILES:
+                t = load_table(study_f.table_path(source, setting, name))
+                row.append((t.W / t.W.sum(), list(t.reward_names), t.sigmas, f"{setting}: {name}"))
+            else:
+                got = mean_W(records, setting, name, source)
+                if got is None:
+                    raise ValueError(f"no {source} record holds a W for {setting}/{name}")
+                W, n = got
+                row.append((W, list(study_f.rewards(setting)), None, f"{setting}: {name} (mean of {n} seeds)"))
+        panels.append(row)
+    vmax = max(float(np.max(W)) for row in panels for W, *_ in row)
+    cols = max(len(row) for row in panels)
+    fig, axes = plt.subplots(len(panels), cols, figsize=(2.4 * cols + 2.2, 2.6 * len(panels)),
+                             constrained_layout=True, squeeze=False,
+                             gridspec_kw={"width_ratios": [2.0] + [1.0] * (cols - 2) + [1.25]})
+    for i, row in enumerate(panels):
         for j in range(cols):
             ax = axes[i, j]
-            if j >= len(names):
+            if j >= len(row):
                 ax.axis("off")
                 continue
-            t = load_table(table_path(proposal, setting, names[j]))
-            plot_weights(t.W, list(t.reward_names), sigmas=t.sigmas, ax=ax, annotate=False,
-                         title=f"{setting}: {names[j]}")
-    fig.suptitle(f"Stage F: the paper's W per budget ({proposal} proposal), rows λ, columns 1/T", fontsize=10)
+            W, names, _, title = row[j]  # columns by step index (0 = noisiest): σ labels crowd a small panel
+            plot_weights(W, names, ax=ax, annotate=False, vmax=vmax, title=title, cbar=j == len(row) - 1)
+            if j:  # the reward names once per row; each panel keeps its row sums (λ)
+                ax.set_yticklabels([f"{x:.3f}" for x in W.sum(1)], rotation=0, fontsize=7)
+            ax.set_xlabel("step j (0 = noisiest)", fontsize=7)
+    what = (f"the weight tables ({source} proposal)" if source in study_f.PROFILES else
+            f"{source}'s final live W")
+    fig.suptitle(f"Stage F: W per budget, {what}; rows sum to λ, columns to 1/T", fontsize=10)
     return fig
 
 
@@ -57,13 +93,25 @@ def plot_primary(tables: dict):
     return fig
 
 
-def figures(tables: dict, out_dir: Path) -> list[Path]:
+def figure_names(done: tuple[str, ...]) -> dict[str, str]:
+    """Figure name -> its W source (or "primary"), for the arms in ``done``: the tables of both proposals always,
+    each live arm's W once its runs are all in."""
+    out = {"study_f_primary": "primary", "study_f_tables": "renderings", "study_f_tables_self": "self"}
+    out.update({f"study_f_W_{arm}": arm for arm in LIVE_ARMS if arm in done})
+    return out
+
+
+def figures(tables: dict, out_dir: Path, records: Path | None = None) -> list[Path]:
+    """Write every stage-F figure (`figure_names` of the complete arms) as png and pdf under ``out_dir``."""
     import matplotlib.pyplot as plt
 
+    from recast.experiments import study_f
     from recast.plotting import savefig
 
+    records = study_f.RECORDS if records is None else Path(records)
     paths = []
-    for name, fig in (("study_f_tables", plot_tables()), ("study_f_primary", plot_primary(tables))):
+    for name, source in figure_names(study_f.complete_arms(records)).items():
+        fig = plot_primary(tables) if source == "primary" else plot_W(source, records)
         paths += savefig(fig, name, outdir=out_dir)
         plt.close(fig)
     return paths
