@@ -347,6 +347,26 @@ def test_analyse_holds_holm_over_each_family_and_the_papers_table_counts_wins():
     assert "### The paper's table, compose" in text and "| judge/color | 0.1 | 0.5 | 0.615 | 4/4 |" in text
 
 
+def test_the_papers_claim_holds_only_with_a_p1_win_and_no_judge_wholly_worse():
+    def sec(metric, lo, hi, up=True, holm="tie"):
+        return dict(setting="compose", arm="recast", baseline="static", metric=metric, ci_low=lo, ci_high=hi,
+                    better_up=up, verdict_holm=holm, n=4, diff=(lo + hi) / 2, wins=2)
+
+    p1 = dict(setting="compose", arm="recast", baseline="static", metric="P1 judge composite", verdict_holm="win",
+              n=4, diff=0.3, ci_low=0.1, ci_high=0.5, wins=4)
+    good = {"primary": [p1], "secondary": [sec("judge/color", 0.01, 0.05, holm="win"), sec("judge/fid", -3, 2, False)]}
+    c, = fa.paper_claim(good)
+    assert c["holds"] and c["better"] == ["color"] and c["worse"] == [] and c["holm_better"] == ["color"]
+    bad = {"primary": [p1], "secondary": good["secondary"] + [sec("judge/fid", 1, 4, False)]}  # Fréchet distance up
+    c, = fa.paper_claim(bad)
+    assert not c["holds"] and c["worse"] == ["fid"] and c["holm_worse"] == []
+    tie = {"primary": [dict(p1, verdict_holm="tie")], "secondary": good["secondary"]}
+    assert not fa.paper_claim(tie)[0]["holds"]
+    assert fa.paper_claim({"primary": [dict(p1, arm="recast_live")], "secondary": []}) == []  # only recast − static
+    text = fa.report(dict(bad, paper=[], tost=[], spread=[], sensitivity=[], null=[]))
+    assert "**compose: the paper's claim does not hold here.**" in text and "wholly on the worse side for fid" in text
+
+
 def test_the_sensitivity_table_sets_the_kl2_pair_beside_recast_minus_reading():
     rows = []
     for metric, st, rc, rd, rc2, rd2 in (("judge/color", [0.5] * 4, [0.6, 0.61, 0.62, 0.63], [0.5, 0.5, 0.5, 0.52],

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["COMPARISONS", "PRIMARY_JUDGE", "TOST_MARGIN", "finals", "composite", "paired", "paper_table", "analyse",
-           "sensitivity", "null_table", "report", "readable", "page_block", "main"]
+           "sensitivity", "null_table", "paper_claim", "report", "readable", "page_block", "main"]
 
 COMPARISONS = (("recast", "static"), ("recast", "recast_self"), ("recast", "recast_live"), ("recast", "reading"),
                ("recast_kl2", "reading_kl2"))  # the last: the kl_beta sensitivity check, where it was due
@@ -219,6 +219,27 @@ def _tost(rows, setting) -> list[dict]:
     return out
 
 
+def paper_claim(tables: dict[str, list[dict]]) -> list[dict]:
+    """The amendment's reading of the paper's claim ("every held-out judge improves over static"), per setting: it
+    holds where P1's `recast − static` is a win after Holm and no judge's 95 % interval lies wholly on its worse side;
+    the judges on either side are named."""
+    out = []
+    for p1 in (r for r in tables["primary"] if (r["arm"], r["baseline"], r["metric"]) ==
+               ("recast", "static", "P1 judge composite")):
+        sec = [r for r in tables["secondary"] if (r["setting"], r["arm"], r["baseline"]) ==
+               (p1["setting"], "recast", "static")]
+        side = {r["metric"]: ("better" if (r["ci_low"] > 0) == r["better_up"] else "worse")
+                for r in sec if r["ci_low"] > 0 or r["ci_high"] < 0}
+        worse = sorted(m.removeprefix("judge/") for m, v in side.items() if v == "worse")
+        holm = {v: sorted(r["metric"].removeprefix("judge/") for r in sec if r["verdict_holm"] == v)
+                for v in ("win", "loss")}
+        out.append(dict(setting=p1["setting"], holds=p1["verdict_holm"] == "win" and not worse,
+                        p1=p1["verdict_holm"], judges=len(sec), worse=worse,
+                        better=sorted(m.removeprefix("judge/") for m, v in side.items() if v == "better"),
+                        holm_better=holm["win"], holm_worse=holm["loss"]))
+    return out
+
+
 def _fmt(r: dict) -> str:
     return f"{r['diff']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}]"
 
@@ -230,6 +251,15 @@ def report(tables: dict[str, list[dict]]) -> str:
         lines.append(f"| {r['setting']} | {r['arm']} − {r['baseline']} | {r['metric']} | {r['n']} | {_fmt(r)} | "
                      f"{r['wins']}/{r['n']} | {r['verdict_holm']} |")
     out = ["### Primary family (Holm over P1, P2 per setting and comparison)", "", *lines, ""]
+    for c in paper_claim(tables):
+        names = lambda xs: ", ".join(xs) if xs else "none"  # noqa: E731
+        out.append(f"- **{c['setting']}: the paper's claim {'holds' if c['holds'] else 'does not hold'} here.** "
+                   f"P1, recast − static: {c['p1']} after Holm. Of {c['judges']} held-out judges, the unadjusted "
+                   f"95 % interval lies wholly on the better side for {names(c['better'])} and wholly on the worse "
+                   f"side for {names(c['worse'])}; after Holm over the judges, better: {names(c['holm_better'])}, "
+                   f"worse: {names(c['holm_worse'])}.")
+    if tables["primary"] and paper_claim(tables):
+        out.append("")
     for setting in sorted({r["setting"] for r in tables["paper"]}):
         rows = [r for r in tables["paper"] if r["setting"] == setting]
         arms = [k for k in rows[0] if k not in ("setting", "metric", "kind", "base") and not k.endswith("_wins")]
