@@ -244,70 +244,64 @@ def _fmt(r: dict) -> str:
     return f"{r['diff']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}]"
 
 
+def _section(title: str, head: list[str], cells: list[list]) -> list[str]:
+    """A markdown table under a `###` title, with a blank line after it."""
+    return [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+            *["| " + " | ".join(str(c) for c in row) + " |" for row in cells], ""]
+
+
 def report(tables: dict[str, list[dict]]) -> str:
     """Markdown of the stage-F tables (the results page's block)."""
-    lines = ["| setting | comparison | endpoint | n | diff [95 % CI] | wins | after Holm |", "|---|---|---|---|---|---|---|"]
-    for r in tables["primary"]:
-        lines.append(f"| {r['setting']} | {r['arm']} − {r['baseline']} | {r['metric']} | {r['n']} | {_fmt(r)} | "
-                     f"{r['wins']}/{r['n']} | {r['verdict_holm']} |")
-    out = ["### Primary family (Holm over P1, P2 per setting and comparison)", "", *lines, ""]
-    for c in paper_claim(tables):
-        names = lambda xs: ", ".join(xs) if xs else "none"  # noqa: E731
+    out = _section("Primary family (Holm over P1, P2 per setting and comparison)",
+                   ["setting", "comparison", "endpoint", "n", "diff [95 % CI]", "wins", "after Holm"],
+                   [[r["setting"], f"{r['arm']} − {r['baseline']}", r["metric"], r["n"], _fmt(r),
+                     f"{r['wins']}/{r['n']}", r["verdict_holm"]] for r in tables["primary"]])
+    names = lambda xs: ", ".join(xs) if xs else "none"  # noqa: E731
+    claims = paper_claim(tables)
+    for c in claims:
         out.append(f"- **{c['setting']}: the paper's claim {'holds' if c['holds'] else 'does not hold'} here.** "
                    f"P1, recast − static: {c['p1']} after Holm. Of {c['judges']} held-out judges, the unadjusted "
                    f"95 % interval lies wholly on the better side for {names(c['better'])} and wholly on the worse "
                    f"side for {names(c['worse'])}; after Holm over the judges, better: {names(c['holm_better'])}, "
                    f"worse: {names(c['holm_worse'])}.")
-    if tables["primary"] and paper_claim(tables):
-        out.append("")
+    out += [""] if claims else []
     for setting in sorted({r["setting"] for r in tables["paper"]}):
         rows = [r for r in tables["paper"] if r["setting"] == setting]
         arms = [k for k in rows[0] if k not in ("setting", "metric", "kind", "base") and not k.endswith("_wins")]
-        head = ["metric", "base", *arms, *[f"{a} wins" for a in arms if a != "static"]]
-        out += [f"### The paper's table, {setting}", "", "| " + " | ".join(head) + " |",
-                "|" + "---|" * len(head)]
-        for r in rows:
-            vals = [r["metric"], f"{r['base']:.4g}", *[f"{r[a]:.4g}" for a in arms],
-                    *[r.get(f"{a}_wins", "") for a in arms if a != "static"]]
-            out.append("| " + " | ".join(vals) + " |")
-        out.append("")
+        out += _section(f"The paper's table, {setting}",
+                        ["metric", "base", *arms, *[f"{a} wins" for a in arms if a != "static"]],
+                        [[r["metric"], f"{r['base']:.4g}", *[f"{r[a]:.4g}" for a in arms],
+                          *[r.get(f"{a}_wins", "") for a in arms if a != "static"]] for r in rows])
     sec = [r for r in tables["secondary"] if r["baseline"] == "static"]
     if sec:
-        out += ["### Secondary family, ReCAST − static (Holm over the judges)", "",
-                "| setting | judge | n | diff [95 % CI] | wins | after Holm |", "|---|---|---|---|---|---|"]
-        out += [f"| {r['setting']} | {r['metric']} | {r['n']} | {_fmt(r)} | {r['wins']}/{r['n']} | "
-                f"{r['verdict_holm']} |" for r in sec]
-        out.append("")
+        out += _section("Secondary family, ReCAST − static (Holm over the judges)",
+                        ["setting", "judge", "n", "diff [95 % CI]", "wins", "after Holm"],
+                        [[r["setting"], r["metric"], r["n"], _fmt(r), f"{r['wins']}/{r['n']}", r["verdict_holm"]]
+                         for r in sec])
+    yes = lambda b: "yes" if b else "no"  # noqa: E731
     if tables["tost"]:
-        out += ["### Equivalence, recast − recast_live (TOST, 90 % interval inside ±margin)", "",
-                "| setting | endpoint | n | diff [90 % CI] | margin | p | equivalent |", "|---|---|---|---|---|---|---|"]
-        out += [f"| {r['setting']} | {r['metric']} | {r['n']} | {r['diff']:+.3g} [{r['ci90_low']:+.3g}, "
-                f"{r['ci90_high']:+.3g}] | ±{r['margin']:g} | {r['p']:.3g} | {'yes' if r['equivalent'] else 'no'} |"
-                for r in tables["tost"]]
-        out.append("")
+        out += _section("Equivalence, recast − recast_live (TOST, 90 % interval inside ±margin)",
+                        ["setting", "endpoint", "n", "diff [90 % CI]", "margin", "p", "equivalent"],
+                        [[r["setting"], r["metric"], r["n"], f"{r['diff']:+.3g} [{r['ci90_low']:+.3g}, "
+                          f"{r['ci90_high']:+.3g}]", f"±{r['margin']:g}", f"{r['p']:.3g}", yes(r["equivalent"])]
+                         for r in tables["tost"]])
     if tables["spread"]:
-        out += ["### The combined signal's spread (mean over iterations and runs)", "",
-                "| setting | arm | runs | signal sd |", "|---|---|---|---|"]
-        out += [f"| {r['setting']} | {r['arm']} | {r['runs']} | {r['signal_sd']:.4g} |" for r in tables["spread"]]
-        out.append("")
+        out += _section("The combined signal's spread (mean over iterations and runs)",
+                        ["setting", "arm", "runs", "signal sd"],
+                        [[r["setting"], r["arm"], r["runs"], f"{r['signal_sd']:.4g}"] for r in tables["spread"]])
     if tables["sensitivity"]:
-        out += ["### kl_beta sensitivity, recast − reading (the pre-registered check)", "",
-                "| setting | endpoint | at kl_beta: diff (n), after Holm | equal budget only: diff (n) | "
-                "at 2 × kl_beta: diff [95 % CI] (n), after Holm | sign kept | decision kept |",
-                "|---|---|---|---|---|---|---|"]
-        out += [f"| {r['setting']} | {r['metric']} | {r['diff']:+.3g} ({r['n']}), {r['verdict_holm']} | "
-                f"{r['equal_diff']:+.3g} ({r['equal_n']}) | {r['kl2_diff']:+.3g} [{r['kl2_ci_low']:+.3g}, "
-                f"{r['kl2_ci_high']:+.3g}] ({r['kl2_n']}), {r['kl2_verdict_holm']} | "
-                f"{'yes' if r['sign_same'] else 'no'} | {'yes' if r['decision_same'] else 'no'} |"
-                for r in tables["sensitivity"]]
-        out.append("")
+        out += _section("kl_beta sensitivity, recast − reading (the pre-registered check)",
+                        ["setting", "endpoint", "at kl_beta: diff (n), after Holm", "equal budget only: diff (n)",
+                         "at 2 × kl_beta: diff [95 % CI] (n), after Holm", "sign kept", "decision kept"],
+                        [[r["setting"], r["metric"], f"{r['diff']:+.3g} ({r['n']}), {r['verdict_holm']}",
+                          f"{r['equal_diff']:+.3g} ({r['equal_n']})", f"{r['kl2_diff']:+.3g} [{r['kl2_ci_low']:+.3g}, "
+                          f"{r['kl2_ci_high']:+.3g}] ({r['kl2_n']}), {r['kl2_verdict_holm']}", yes(r["sign_same"]),
+                          yes(r["decision_same"])] for r in tables["sensitivity"]])
     if tables["null"]:
-        out += ["### W's departure from λ/T: the real-trainer null beside recast_live (final W)", "",
-                "| measure | runs | n | mean | sd | max | share above the null's 95th percentile |",
-                "|---|---|---|---|---|---|---|"]
-        out += [f"| {r['metric'].split('/')[1]} | {r['runs']} | {r['n']} | {r['mean']:.3f} | {r['sd']:.3f} | "
-                f"{r['max']:.3f} | {r['above_null_q95']:.2f} |" for r in tables["null"]]
-        out.append("")
+        out += _section("W's departure from λ/T: the real-trainer null beside recast_live (final W)",
+                        ["measure", "runs", "n", "mean", "sd", "max", "share above the null's 95th percentile"],
+                        [[r["metric"].split("/")[1], r["runs"], r["n"], f"{r['mean']:.3f}", f"{r['sd']:.3f}",
+                          f"{r['max']:.3f}", f"{r['above_null_q95']:.2f}"] for r in tables["null"]])
     return "\n".join(out)
 
 
