@@ -35,7 +35,7 @@ def plot_W(source: str = "renderings", records: Path | None = None):
         raise ValueError(f"unknown source {source!r}: a proposal ({', '.join(study_f.PROFILES)}) or a live arm "
                          f"({', '.join(LIVE_ARMS)})")
     records = study_f.RECORDS if records is None else Path(records)
-    panels = []
+    panels, seeds = [], set()
     for setting in study_f.SETTINGS:
         row = []
         for name in study_f.budgets(setting):
@@ -47,7 +47,8 @@ def plot_W(source: str = "renderings", records: Path | None = None):
                 if got is None:
                     raise ValueError(f"no {source} record holds a W for {setting}/{name}")
                 W, n = got
-                row.append((W, list(study_f.rewards(setting)), None, f"{setting}: {name} (mean of {n} seeds)"))
+                seeds.add(n)
+                row.append((W, list(study_f.rewards(setting)), None, f"{setting}: {name}"))
         panels.append(row)
     vmax = max(float(np.max(W)) for row in panels for W, *_ in row)
     cols = max(len(row) for row in panels)
@@ -66,7 +67,7 @@ def plot_W(source: str = "renderings", records: Path | None = None):
                 ax.set_yticklabels([f"{x:.3f}" for x in W.sum(1)], rotation=0, fontsize=7)
             ax.set_xlabel("step j (0 = noisiest)", fontsize=7)
     what = (f"the weight tables ({source} proposal)" if source in study_f.PROFILES else
-            f"{source}'s final live W")
+            f"{source}'s final live W, mean over {'/'.join(map(str, sorted(seeds)))} seeds")
     fig.suptitle(f"Stage F: W per budget, {what}; rows sum to λ, columns to 1/T", fontsize=10)
     return fig
 
