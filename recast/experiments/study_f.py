@@ -156,12 +156,15 @@ def null_plan(*, out_root="runs/study/F", world: str = "data/digit_base") -> lis
 RECORDS = STAGE_DIR / "records"
 
 
+def _run_spread(rec: dict) -> float | None:
+    """A record's combined-signal spread: the mean of its per-iteration `signal_sd` (None where it has none)."""
+    vals = [v for v in rec.get("signal_sd", []) if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
 def _spread(records: Path, setting: str, arm: str) -> float | None:
-    sds = []
-    for p in Path(records).glob(f"{setting}/*/{arm}/seed_*.json"):
-        vals = [v for v in json.loads(p.read_text()).get("signal_sd", []) if v is not None]
-        if vals:
-            sds.append(sum(vals) / len(vals))
+    sds = [sd for p in Path(records).glob(f"{setting}/*/{arm}/seed_*.json")
+           if (sd := _run_spread(json.loads(p.read_text()))) is not None]
     return sum(sds) / len(sds) if sds else None
 
 
@@ -401,8 +404,7 @@ def collect(records_dir: Path = RECORDS, arms=None) -> list[dict]:
         if dep is not None:
             rows.append(dict(key, iteration=last, images=0, metric="W/max_rel_departure", value=dep[0]))
             rows.append(dict(key, iteration=last, images=0, metric="W/rms_rel_departure", value=dep[1]))
-        sd = [s for s in rec["signal_sd"] if s is not None]
-        rows.append(dict(key, iteration=last, images=0, metric="signal/sd_mean", value=float(sum(sd) / len(sd))))
+        rows.append(dict(key, iteration=last, images=0, metric="signal/sd_mean", value=float(_run_spread(rec))))
         rows.append(dict(key, iteration=last, images=0, metric="time/train_s", value=rec["train_s"]))
         for name in ("reward_queries", "reward_queries_proxy"):
             if rec.get(name) is not None:
