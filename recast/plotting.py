@@ -110,12 +110,12 @@ def plot_weights(
     sns.heatmap(Wn, ax=ax, cmap=cmap, vmin=0.0, vmax=vmax, annot=annotate, fmt=".3f", annot_kws={"size": 7},
                 xticklabels=xlabels, yticklabels=ylabels, cbar=cbar, linewidths=0.3, linecolor="white",
                 cbar_kws={"label": "W[k, j]"})
-    ax.set_xlabel("denoising step j (σ_j)" if sigmas is not None else "denoising step j  (0 = noisiest)")
-    ax.set_yticklabels(ax.get_yticklabels(), rotation=0)
     col = Wn.sum(axis=0)
-    spread = col.max() - col.min()
-    ax.text(T / 2, K + 0.9 if K > 0 else 1, f"column sums {col.mean():.4f} (spread {spread:.1e})",
-            ha="center", va="top", fontsize=7)
+    # the column sums as the label's second line, so the layout makes room for them (as text at a fixed data offset
+    # below the axes they ran into the label on short panels)
+    ax.set_xlabel(("denoising step j (σ_j)" if sigmas is not None else "denoising step j  (0 = noisiest)")
+                  + f"\ncolumn sums {col.mean():.4f} (spread {col.max() - col.min():.1e})")
+    ax.set_yticklabels(ax.get_yticklabels(), rotation=0)
     if title:
         ax.set_title(title, fontsize=9)
     return ax

@@ -44,6 +44,29 @@ def test_w_heatmap_labels_clear_the_colour_bar_and_carry_the_row_sums(K, T, sigm
     plt.close(fig)
 
 
+def test_w_heatmap_column_sums_stay_clear_of_the_axis_label_on_short_panels():
+    """Two rows of small panels (K = 5 over T = 6, as stage F's figures draw them): the column sums are part of the
+    step axis's label, so the layout places them below the tick labels and nothing written on the panel overlaps."""
+    from recast.plotting import plot_weights
+
+    W = np.full((5, 6), 1 / 30)
+    W[0, 0], W[1, 0] = 0.05, 1 / 30 - (0.05 - 1 / 30)  # the column sums stay equal; their spread is 0
+    fig, axes = plt.subplots(2, 3, figsize=(9, 5.2), constrained_layout=True)
+    for ax in axes.flat:
+        plot_weights(W, ["a", "b", "c", "d", "e"], ax=ax, annotate=False, cbar=False)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in axes.flat:
+        label = ax.xaxis.label
+        assert label.get_text().splitlines() == ["denoising step j  (0 = noisiest)",
+                                                 "column sums 0.1667 (spread 0.0e+00)"]
+        ticks = [t for t in ax.get_xticklabels() if t.get_text()]
+        assert not [t.get_text() for t in (*ticks, *ax.texts) if _extent(t, renderer).overlaps(_extent(label, renderer))]
+        below = [other for other in axes.flat if other.get_position().y1 < ax.get_position().y0]
+        assert not [o for o in below if _extent(o.title, renderer).overlaps(_extent(label, renderer))]
+    plt.close(fig)
+
+
 def _pair(baseline, metric, diff, half):
     return {"method": "recast", "baseline": baseline, "metric": metric, "n": 5, "diff": diff,
             "ci_low": diff - half, "ci_high": diff + half, "verdict": "tie"}

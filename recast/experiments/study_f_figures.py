@@ -65,7 +65,7 @@ def plot_W(source: str = "renderings", records: Path | None = None):
             plot_weights(W, names, ax=ax, annotate=False, vmax=vmax, title=title, cbar=j == len(row) - 1)
             if j:  # the reward names once per row; each panel keeps its row sums (λ)
                 ax.set_yticklabels([f"{x:.3f}" for x in W.sum(1)], rotation=0, fontsize=7)
-            ax.set_xlabel("step j (0 = noisiest)", fontsize=7)
+            ax.xaxis.label.set_fontsize(7)  # the step axis and, below it, the column sums
     what = (f"the weight tables ({source} proposal)" if source in study_f.PROFILES else
             f"{source}'s final live W, mean over {'/'.join(map(str, sorted(seeds)))} seeds")
     fig.suptitle(f"Stage F: W per budget, {what}; rows sum to λ, columns to 1/T", fontsize=10)
