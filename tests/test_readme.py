@@ -65,6 +65,23 @@ def test_holm_column_keeps_only_what_survives_the_family(tmp_path):
     assert [r["holm"] for r in out] == ["win", "tie", "tie"]
 
 
+def test_study_f_table_leaves_the_sensitivity_check_to_the_study_page(tmp_path):
+    """The README's stage-F table lists the arms' comparisons, each with its Holm verdict, and not the kl_beta
+    check's pair (`recast_kl2 − reading_kl2`), which the study page reads beside the comparison it checks."""
+    mod = _tables_module()
+    out = tmp_path / "study" / "results" / "F"
+    out.mkdir(parents=True)
+    head = "setting,arm,baseline,metric,n,diff,ci_low,ci_high,wins,verdict_holm\n"
+    rows = ["compose,recast,reading,P1 judge composite,18,0.5,0.3,0.7,16,win",
+            "compose,recast_kl2,reading_kl2,P1 judge composite,3,-0.1,-0.9,0.7,1,tie",
+            "quality,recast,reading,P2 reward/weighted,15,-0.01,-0.02,-0.001,3,loss"]
+    (out / "primary.csv").write_text(head + "\n".join(rows) + "\n")
+    table = mod.study_f_table(tmp_path / "tables").splitlines()
+    assert len(table) == 4 and not any("kl2" in line for line in table)
+    assert table[2] == "| compose | recast − reading | P1 judge composite | 18 | +0.500 [+0.300, +0.700] | 16/18 | **recast better** |"
+    assert table[3].endswith("| 3/15 | *recast worse* |")
+
+
 def test_the_integration_code_in_the_readme_runs_as_written():
     """The blocks a user copies into their own trainer run unchanged (in a fresh namespace, on CPU)."""
     blocks = re.findall(r"```python\n(.*?)```", _section(README.read_text(), "ReCAST in your own trainer"), re.S)
