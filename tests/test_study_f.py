@@ -393,6 +393,31 @@ def test_the_sensitivity_table_sets_the_kl2_pair_beside_recast_minus_reading():
     assert fa.analyse([r for r in rows if "kl2" not in r["arm"]])["sensitivity"] == []  # not run: no row
 
 
+def test_the_scale_matched_table_pairs_recast_kl2_with_reading_at_the_equal_budget():
+    """Deviation F.2 (exploratory): `recast_kl2 − reading` over the equal budget's seeds, with each arm's effective
+    scale = its equal-budget mean signal spread / the kl_beta it trained at (closed form on synthetic records)."""
+    kl = study_f.KL_BETA["compose"]
+    rows = _rows({"static": [0.5, 0.51, 0.52, 0.53], "reading": [0.5, 0.6, 0.9, 0.9]})
+    rows += [r for r in _rows({"recast_kl2": [0.7, 0.7, 0.0, 0.0]}) if r["budget"] == "equal"]
+    rows += _rows({"reading": [1.0, 1.2, 9.0, 9.0]}, metric="reward/weighted")
+    rows += [r for r in _rows({"recast_kl2": [1.3, 1.2, 0, 0]}, metric="reward/weighted") if r["budget"] == "equal"]
+    rows += _rows({"reading": [0.05, 0.07, 1.0, 1.0]}, metric="signal/sd_mean")  # equal budget: mean 0.06
+    rows += [r for r in _rows({"recast_kl2": [0.1, 0.1, 0, 0]}, metric="signal/sd_mean") if r["budget"] == "equal"]
+    assert fa.effective_scale(rows, "compose", "reading") == pytest.approx(0.06 / kl)
+    assert fa.effective_scale(rows, "compose", "recast_kl2") == pytest.approx(0.1 / (2 * kl))
+    assert np.isnan(fa.effective_scale(rows, "compose", "recast"))
+    got = {r["metric"]: r for r in fa.analyse(rows)["scale_matched"]}
+    assert set(got) == {"P1 judge composite", "P2 reward/weighted"}
+    p2 = got["P2 reward/weighted"]
+    assert (p2["n"], p2["wins"]) == (2, 1) and p2["diff"] == pytest.approx(np.mean([0.3, 0.0]))  # the x2 budget unused
+    assert p2["scale_ratio"] == pytest.approx((0.1 / 2) / 0.06) and p2["baseline"] == "reading"
+    st = np.array([0.5, 0.51, 0.52, 0.53])  # P1: one judge, z against the static runs
+    z = lambda v: (v - st.mean()) / st.std(ddof=1)
+    assert got["P1 judge composite"]["diff"] == pytest.approx(np.mean([z(0.7) - z(0.5), z(0.7) - z(0.6)]))
+    assert "Exploratory, after the results were read" in fa.report(fa.analyse(rows))
+    assert fa.analyse([r for r in rows if r["arm"] != "recast_kl2"])["scale_matched"] == []
+
+
 def test_the_null_table_reads_the_departures_against_the_nulls_95th_percentile():
     null = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
     rows = [dict(stage="F", setting="null", budget="colour-twice", arm="null_live", seed=i, iteration=30, images=0,

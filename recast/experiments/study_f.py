@@ -294,7 +294,8 @@ def _train(todo: list[SweepRun], what: str, *, jobs: int, chunk: int, commit: bo
             if str(r.out_dir) not in rep.failed and (Path(r.out_dir) / "eval.jsonl").is_file():
                 written.append(write_json(record_path(r, records), record(r, head)))
         if commit and written:
-            _commit_records(written, f"Study stage F: {len(written)} run records ({', '.join(sorted({f'{r.setting}/{r.method}' for r in batch}))})")
+            what = ", ".join(sorted({f"{r.setting}/{r.method}" for r in batch}))
+            _commit_records(written, f"Study stage F: {len(written)} run record{'s' * (len(written) != 1)} ({what})")
         print(f"{min(i + chunk, len(todo))}/{len(todo)} done, {rep.wall_time_s:.0f} s for this batch", flush=True)
     return failed
 

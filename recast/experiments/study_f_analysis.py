@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["COMPARISONS", "PRIMARY_JUDGE", "TOST_MARGIN", "finals", "composite", "paired", "paper_table", "analyse",
-           "sensitivity", "null_table", "paper_claim", "report", "readable", "page_block", "main"]
+           "sensitivity", "effective_scale", "scale_matched", "null_table", "paper_claim", "report", "readable", "page_block", "main"]
 
 COMPARISONS = (("recast", "static"), ("recast", "recast_self"), ("recast", "recast_live"), ("recast", "reading"),
                ("recast_kl2", "reading_kl2"))  # the last: the kl_beta sensitivity check, where it was due
@@ -96,10 +96,11 @@ def _holm(rows: list[dict]) -> None:
 
 
 def analyse(rows: list[dict]) -> dict[str, list[dict]]:
-    """Every stage-F table: primary, secondary, paper, tost, spread."""
+    """Every stage-F table: primary, secondary, paper, tost, spread, sensitivity, scale_matched (exploratory), null."""
     from recast.experiments.study_f import SETTINGS
 
-    tables = {"primary": [], "secondary": [], "paper": [], "tost": [], "spread": [], "sensitivity": [], "null": []}
+    tables = {"primary": [], "secondary": [], "paper": [], "tost": [], "spread": [], "sensitivity": [],
+              "scale_matched": [], "null": []}
     F = [r for r in rows if r["stage"] == "F"]
     for setting in [s for s in SETTINGS if any(r["setting"] == s for r in F)]:
         for arm, base in COMPARISONS:
@@ -127,6 +128,7 @@ def analyse(rows: list[dict]) -> dict[str, list[dict]]:
                 tables["spread"].append(dict(setting=setting, arm=arm, runs=len(v), signal_sd=float(np.mean(list(
                     v.values())))))
     tables["sensitivity"] = sensitivity(tables["primary"], F)
+    tables["scale_matched"] = scale_matched(F)
     tables["null"] = null_table(F)
     return tables
 
@@ -152,6 +154,34 @@ def sensitivity(primary: list[dict], rows) -> list[dict]:
                         kl2_n=r2["n"], kl2_diff=r2["diff"], kl2_ci_low=r2["ci_low"], kl2_ci_high=r2["ci_high"],
                         kl2_verdict_holm=r2["verdict_holm"], sign_same=bool(np.sign(r1["diff"]) == np.sign(r2["diff"])),
                         decision_same=r1["verdict_holm"] == r2["verdict_holm"]))
+    return out
+
+
+def effective_scale(rows, setting: str, arm: str) -> float:
+    """The arm's mean combined-signal spread over its equal-budget runs, over the kl_beta it trained at: against a
+    fixed KL term, a signal twice as large acts like half the KL weight (NaN where the arm has no such runs)."""
+    from recast.experiments.study_f import KL_BETA
+
+    v = [x for k, x in finals(rows, setting, arm, "signal/sd_mean").items() if k[0] == "equal"]
+    return float(np.mean(v)) / (KL_BETA[setting] * (2 if arm.endswith("_kl2") else 1)) if v else float("nan")
+
+
+def scale_matched(rows) -> list[dict]:
+    """Exploratory, added after the results were read (deviation F.2), no multiplicity correction: the paper's recipe
+    at twice kl_beta (`recast_kl2`) against our reading at the preset's (`reading`), the one cross pair of the
+    sensitivity check's runs whose effective scales (`effective_scale`) are close; paired over the equal budget's
+    seeds, P1 and P2, with both scales and their ratio."""
+    out = []
+    for setting in sorted({r["setting"] for r in rows} - {"null"}):
+        a_arm, b_arm = "recast_kl2", "reading"
+        for metric, a, b in (("P1 judge composite", composite(rows, setting, a_arm), composite(rows, setting, b_arm)),
+                             ("P2 reward/weighted", finals(rows, setting, a_arm, "reward/weighted"),
+                              finals(rows, setting, b_arm, "reward/weighted"))):
+            r = paired(a, {k: v for k, v in b.items() if k[0] == "equal"}, metric=metric)
+            if r:
+                sa, sb = effective_scale(rows, setting, a_arm), effective_scale(rows, setting, b_arm)
+                out.append(dict(setting=setting, arm=a_arm, baseline=b_arm, scale_arm=sa, scale_baseline=sb,
+                                scale_ratio=sa / sb, **r))
     return out
 
 
@@ -297,6 +327,15 @@ def report(tables: dict[str, list[dict]]) -> str:
                           f"{r['equal_diff']:+.3g} ({r['equal_n']})", f"{r['kl2_diff']:+.3g} [{r['kl2_ci_low']:+.3g}, "
                           f"{r['kl2_ci_high']:+.3g}] ({r['kl2_n']}), {r['kl2_verdict_holm']}", yes(r["sign_same"]),
                           yes(r["decision_same"])] for r in tables["sensitivity"]])
+    if tables.get("scale_matched"):
+        out += _section("Exploratory, after the results were read: the paper's recipe at twice kl_beta against our "
+                        "reading at the preset's, the pair closest in effective scale (deviation F.2; no correction)",
+                        ["setting", "comparison", "endpoint", "n", "diff [95 % CI]", "wins",
+                         "signal sd / kl_beta (ratio)"],
+                        [[r["setting"], f"{r['arm']} − {r['baseline']}", r["metric"], r["n"],
+                          f"{r['diff']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}]", f"{r['wins']}/{r['n']}",
+                          f"{r['scale_arm']:.3g} vs {r['scale_baseline']:.3g} ({r['scale_ratio']:.2f})"]
+                         for r in tables["scale_matched"]])
     if tables["null"]:
         out += _section("W's departure from λ/T: the real-trainer null beside recast_live (final W)",
                         ["measure", "runs", "n", "mean", "sd", "max", "share above the null's 95th percentile"],
