@@ -61,7 +61,8 @@ def test_w_heatmap_column_sums_stay_clear_of_the_axis_label_on_short_panels():
         assert label.get_text().splitlines() == ["denoising step j  (0 = noisiest)",
                                                  "column sums 0.1667 (spread 0.0e+00)"]
         ticks = [t for t in ax.get_xticklabels() if t.get_text()]
-        assert not [t.get_text() for t in (*ticks, *ax.texts) if _extent(t, renderer).overlaps(_extent(label, renderer))]
+        near = [t.get_text() for t in (*ticks, *ax.texts) if _extent(t, renderer).overlaps(_extent(label, renderer))]
+        assert not near, near
         below = [other for other in axes.flat if other.get_position().y1 < ax.get_position().y0]
         assert not [o for o in below if _extent(o.title, renderer).overlaps(_extent(label, renderer))]
     plt.close(fig)

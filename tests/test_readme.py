@@ -78,7 +78,8 @@ def test_study_f_table_leaves_the_sensitivity_check_to_the_study_page(tmp_path):
     (out / "primary.csv").write_text(head + "\n".join(rows) + "\n")
     table = mod.study_f_table(tmp_path / "tables").splitlines()
     assert len(table) == 4 and not any("kl2" in line for line in table)
-    assert table[2] == "| compose | recast − reading | P1 judge composite | 18 | +0.500 [+0.300, +0.700] | 16/18 | **recast better** |"
+    assert table[2] == ("| compose | recast − reading | P1 judge composite | 18 | +0.500 [+0.300, +0.700] | 16/18 | "
+                        "**recast better** |")
     assert table[3].endswith("| 3/15 | *recast worse* |")
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["COMPARISONS", "PRIMARY_JUDGE", "TOST_MARGIN", "finals", "composite", "paired", "paper_table", "analyse",
-           "sensitivity", "effective_scale", "scale_matched", "null_table", "paper_claim", "report", "readable", "page_block", "main"]
+           "sensitivity", "effective_scale", "scale_matched", "null_table", "paper_claim", "report", "readable",
+           "page_block", "main"]
 
 COMPARISONS = (("recast", "static"), ("recast", "recast_self"), ("recast", "recast_live"), ("recast", "reading"),
                ("recast_kl2", "reading_kl2"))  # the last: the kl_beta sensitivity check, where it was due
