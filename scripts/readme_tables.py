@@ -132,14 +132,17 @@ def study_f_table(results: Path = TABLES) -> str:
     """Stage F, the paper's own comparison (research/study/results/F/primary.csv, `python -m
     recast.experiments.study_f_analysis analyse` from the committed run records): ReCAST − each arm on P1 (the
     held-out-judge composite) and P2 (the aggregate training reward), paired over (budget, seed), Holm over the two.
-    The arms' comparisons only: the kl_beta sensitivity check (its arms end in ``_kl2``) is read on the study page."""
+    The arms' comparisons only: the kl_beta sensitivity check (the arms of `study_f.SENSITIVITY`) is read on
+    the study page."""
     path = results.parent / "study" / "results" / "F" / "primary.csv"
     if not path.is_file():
         return "*Not yet analysed: the stage's runs are in progress (`python -m recast.experiments.study_f list`).*\n"
     out = ["| setting | comparison | endpoint | pairs | difference [95 % CI] | wins | after Holm (P1, P2) |",
            "|---|---|---|---|---|---|---|"]
+    from recast.experiments.study_f import SENSITIVITY
+
     for r in _rows(path):
-        if r["arm"].endswith("_kl2"):
+        if r["arm"] in SENSITIVITY:
             continue
         cell = "{:+.3f} [{:+.3f}, {:+.3f}]".format(float(r["diff"]), float(r["ci_low"]), float(r["ci_high"]))
         verdict = {"win": f"**{r['arm']} better**", "loss": f"*{r['arm']} worse*"}.get(r["verdict_holm"], "tie")

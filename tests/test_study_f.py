@@ -289,6 +289,16 @@ def _rows(values: dict, *, setting="compose", iteration=30, metric="judge/color"
                  metric=metric, value=float(v)) for arm, vs in values.items() for (b, s), v in zip(keys, vs)]
 
 
+def test_endpoint_is_the_composite_for_p1_and_the_weighted_reward_for_p2():
+    rows = _rows({"static": [0.5, 0.6, 0.7, 0.8], "recast": [0.9, 0.6, 0.7, 0.8]})
+    rows += _rows({"recast": [1.0, 2.0, 3.0, 4.0]}, metric="reward/weighted")
+    assert fa.endpoint(rows, "compose", "recast", "P1 judge composite") == fa.composite(rows, "compose", "recast")
+    assert fa.endpoint(rows, "compose", "recast", "P2 reward/weighted") == {
+        ("a-x2", 0): 3.0, ("a-x2", 1): 4.0, ("equal", 0): 1.0, ("equal", 1): 2.0}
+    with pytest.raises(ValueError, match="unknown endpoint 'P3'"):
+        fa.endpoint(rows, "compose", "recast", "P3")
+
+
 def test_paired_differences_give_the_t_interval_and_wins():
     from scipy.stats import t
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["COMPARISONS", "PRIMARY_JUDGE", "TOST_MARGIN", "finals", "composite", "paired", "paper_table", "analyse",
-           "sensitivity", "effective_scale", "scale_matched", "null_table", "paper_claim", "report", "readable",
-           "page_block", "main"]
+__all__ = ["COMPARISONS", "PRIMARY_JUDGE", "TOST_MARGIN", "ENDPOINTS", "finals", "composite", "endpoint", "paired",
+           "paper_table", "analyse", "sensitivity", "effective_scale", "scale_matched", "null_table", "paper_claim",
+           "report", "readable", "page_block", "main"]
 
 COMPARISONS = (("recast", "static"), ("recast", "recast_self"), ("recast", "recast_live"), ("recast", "reading"),
                ("recast_kl2", "reading_kl2"))  # the last: the kl_beta sensitivity check, where it was due
@@ -66,6 +66,16 @@ def composite(rows, setting: str, arm: str) -> dict[tuple, float]:
     return {k: float(np.mean(v)) for k, v in out.items() if len(v) == n}
 
 
+ENDPOINTS = ("P1 judge composite", "P2 reward/weighted")  # the two primary endpoints, up is better for both
+
+
+def endpoint(rows, setting: str, arm: str, metric: str) -> dict[tuple, float]:
+    """(budget, seed) -> one of the `ENDPOINTS` per run: P1 the judge composite, P2 the aggregate training reward."""
+    if metric not in ENDPOINTS:
+        raise ValueError(f"unknown endpoint {metric!r}; known: {', '.join(ENDPOINTS)}")
+    return composite(rows, setting, arm) if metric == ENDPOINTS[0] else finals(rows, setting, arm, "reward/weighted")
+
+
 def _t(d: np.ndarray) -> tuple[float, float, float, float]:
     from scipy.stats import t as student_t
 
@@ -106,12 +116,10 @@ def analyse(rows: list[dict]) -> dict[str, list[dict]]:
     for setting in [s for s in SETTINGS if any(r["setting"] == s for r in F)]:
         for arm, base in COMPARISONS:
             prim = []
-            for metric, a, b, up in (("P1 judge composite", composite(F, setting, arm), composite(F, setting, base), True),
-                                     ("P2 reward/weighted", finals(F, setting, arm, "reward/weighted"),
-                                      finals(F, setting, base, "reward/weighted"), True)):
-                r = paired(a, b, metric=metric, better_up=up)
+            for metric in ENDPOINTS:
+                r = paired(endpoint(F, setting, arm, metric), endpoint(F, setting, base, metric), metric=metric)
                 if r:
-                    prim.append(dict(setting=setting, arm=arm, baseline=base, better_up=up, **r))
+                    prim.append(dict(setting=setting, arm=arm, baseline=base, better_up=True, **r))
             _holm(prim)
             tables["primary"] += prim
             sec = []
@@ -145,10 +153,7 @@ def sensitivity(primary: list[dict], rows) -> list[dict]:
         if r1 is None:
             continue
         setting, metric = r2["setting"], r2["metric"]
-        if metric.startswith("P1"):
-            a, b = composite(rows, setting, "recast"), composite(rows, setting, "reading")
-        else:
-            a, b = (finals(rows, setting, arm, "reward/weighted") for arm in ("recast", "reading"))
+        a, b = endpoint(rows, setting, "recast", metric), endpoint(rows, setting, "reading", metric)
         eq = paired({k: v for k, v in a.items() if k[0] == "equal"}, b, metric=metric)
         out.append(dict(setting=setting, metric=metric, n=r1["n"], diff=r1["diff"], verdict_holm=r1["verdict_holm"],
                         equal_n=eq["n"] if eq else 0, equal_diff=eq["diff"] if eq else float("nan"),
@@ -161,10 +166,10 @@ def sensitivity(primary: list[dict], rows) -> list[dict]:
 def effective_scale(rows, setting: str, arm: str) -> float:
     """The arm's mean combined-signal spread over its equal-budget runs, over the kl_beta it trained at: against a
     fixed KL term, a signal twice as large acts like half the KL weight (NaN where the arm has no such runs)."""
-    from recast.experiments.study_f import KL_BETA
+    from recast.experiments.study_f import KL_BETA, SENSITIVITY
 
     v = [x for k, x in finals(rows, setting, arm, "signal/sd_mean").items() if k[0] == "equal"]
-    return float(np.mean(v)) / (KL_BETA[setting] * (2 if arm.endswith("_kl2") else 1)) if v else float("nan")
+    return float(np.mean(v)) / (KL_BETA[setting] * (2 if arm in SENSITIVITY else 1)) if v else float("nan")
 
 
 def scale_matched(rows) -> list[dict]:
@@ -172,15 +177,13 @@ def scale_matched(rows) -> list[dict]:
     at twice kl_beta (`recast_kl2`) against our reading at the preset's (`reading`), the one cross pair of the
     sensitivity check's runs whose effective scales (`effective_scale`) are close; paired over the equal budget's
     seeds, P1 and P2, with both scales and their ratio."""
-    out = []
+    a_arm, b_arm, out = "recast_kl2", "reading", []
     for setting in sorted({r["setting"] for r in rows} - {"null"}):
-        a_arm, b_arm = "recast_kl2", "reading"
-        for metric, a, b in (("P1 judge composite", composite(rows, setting, a_arm), composite(rows, setting, b_arm)),
-                             ("P2 reward/weighted", finals(rows, setting, a_arm, "reward/weighted"),
-                              finals(rows, setting, b_arm, "reward/weighted"))):
-            r = paired(a, {k: v for k, v in b.items() if k[0] == "equal"}, metric=metric)
+        sa, sb = effective_scale(rows, setting, a_arm), effective_scale(rows, setting, b_arm)
+        for metric in ENDPOINTS:
+            b = {k: v for k, v in endpoint(rows, setting, b_arm, metric).items() if k[0] == "equal"}
+            r = paired(endpoint(rows, setting, a_arm, metric), b, metric=metric)
             if r:
-                sa, sb = effective_scale(rows, setting, a_arm), effective_scale(rows, setting, b_arm)
                 out.append(dict(setting=setting, arm=a_arm, baseline=b_arm, scale_arm=sa, scale_baseline=sb,
                                 scale_ratio=sa / sb, **r))
     return out
