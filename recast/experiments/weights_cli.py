@@ -53,9 +53,19 @@ def add_weights_parser(sub) -> argparse.ArgumentParser:
     w.add_argument("--rewards", help="the table's rewards, comma-separated, in row order (default: all the profile's)")
     w.add_argument("--temperature", default="1", help="τ: one value, or one per reward, comma-separated")
     w.add_argument("--alpha", type=float, default=2.0, help="Rényi order (> 1)")
-    w.add_argument("--out", required=True, help="the table's path (.npz; an existing file is refused unless "
-                   "--overwrite)")
+    w.add_argument("--out", help="the table's path (.npz; an existing file is refused unless --overwrite); "
+                   "required unless --check")
     w.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    c = w.add_argument_group("checks (recast.checks): exit 1 when a problem is found")
+    c.add_argument("--check", action="store_true", help="check the table before you train with it: degenerate "
+                   "profile columns, per-cell bootstrap intervals of W, the proposals its shape needs")
+    c.add_argument("--num-boot", type=int, default=200, help="bootstrap resamples of the proposals (--check)")
+    c.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (--check)")
+    c.add_argument("--compare", metavar="TABLE", help="with --check: a weight table of the same rewards and "
+                   "budgets to compare with (cosine of the departures from lambda/T, centres of mass, largest cells)")
+    c.add_argument("--samples", metavar="NPZ", help="with --check: an .npz of your own samples' raw rewards "
+                   "(`rewards` (B, K) in the table's row order, `group_ids` (B,)): each reward's share of the pre "
+                   "signal's within-group variance per step")
     return w
 
 
@@ -84,7 +94,7 @@ def _out_path(out: str, default_name: str, overwrite: bool) -> Path:
 
 def run_weights(args: argparse.Namespace) -> int:
     """Entry point of `recast weights`; returns the exit status."""
-    from recast.archives import load_profile, save_table, table_from_profile
+    from recast.archives import load_profile, load_table, save_table, table_from_profile
     from recast.solver import ConvergenceError
 
     try:
@@ -97,10 +107,33 @@ def run_weights(args: argparse.Namespace) -> int:
         tau = _floats(args.temperature, "--temperature")
         if len(tau) not in (1, len(names)):
             raise ValueError(f"--temperature needs 1 or {len(names)} values, got {len(tau)}")
-        out = _out_path(args.out, "recast_weights.npz", args.overwrite)
-        table = table_from_profile(profile, lam, tau if len(tau) > 1 else tau[0], reward_names=names,
-                                   alpha=args.alpha)
-        save_table(table, out)
+        checks = getattr(args, "check", False)
+        if not checks and (args.compare or args.samples):
+            raise ValueError("--compare and --samples are parts of --check: add --check")
+        if args.out is None and not checks:
+            raise ValueError("--out is required (or --check alone, to check the table without writing it)")
+        temperature = tau if len(tau) > 1 else tau[0]
+        other = load_table(args.compare) if args.compare else None
+        samples = _samples(args.samples, len(names)) if args.samples else None
+        out = _out_path(args.out, "recast_weights.npz", args.overwrite) if args.out else None
+        table = table_from_profile(profile, lam, temperature, reward_names=names, alpha=args.alpha)
+        if out is not None:
+            save_table(table, out)
+        if checks:
+            from recast.checks import check_table, compare_tables
+
+            report = check_table(profile, lam, reward_names=names, temperature=temperature, alpha=args.alpha,
+                                 num_boot=args.num_boot, seed=args.seed, samples=samples)
+            print(report.summary())
+            if other is not None:
+                cmp = compare_tables(table, other)
+                print(f"against {args.compare}: cosine of the departures {cmp.cosine:+.3f}; centre of mass (this, "
+                      f"that) " + ", ".join(f"{n} {a:.2f}/{b:.2f}" for n, (a, b) in cmp.centre_of_mass.items()))
+                print("largest cells (W / (lambda/T), this vs that): " + ", ".join(
+                    f"{n}[{j}] {a:.2f}/{b:.2f}" for n, j, a, b in cmp.largest))
+            if out is not None:
+                print(f"wrote {out}")
+            return 0 if report.ok else 1
     except (ValueError, FileNotFoundError, FileExistsError, PermissionError, ConvergenceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -109,6 +142,25 @@ def run_weights(args: argparse.Namespace) -> int:
                       "max_departure_from_static": round(float(abs(table.W * table.num_steps /
                                                                    table.W.sum(1, keepdims=True) - 1).max()), 4)}))
     return 0
+
+
+def _samples(path: str, K: int):
+    """(rewards (B, K), group_ids (B,)) from an .npz of the user's samples, checked before any compute."""
+    import numpy as np
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--samples {path}: no such file")
+    try:
+        with np.load(path, allow_pickle=False) as arc:
+            if "rewards" not in arc.files or "group_ids" not in arc.files:
+                raise ValueError(f"--samples {path}: needs arrays 'rewards' (B, K) and 'group_ids' (B,), has "
+                                 f"{arc.files}")
+            rewards, groups = arc["rewards"], arc["group_ids"]
+    except (OSError, EOFError) as err:
+        raise ValueError(f"--samples {path}: not a NumPy archive ({err})") from None
+    if rewards.ndim != 2 or rewards.shape[1] != K:
+        raise ValueError(f"--samples {path}: rewards must be (B, K={K}), got {rewards.shape}")
+    return rewards, groups
 
 
 def read_proposal_folder(folder: str | Path) -> tuple[list, list[str]]:
