@@ -423,6 +423,42 @@ class Credit:
         s, c = self._pairs(sample, column, sigma, timestep)
         return self.batch.S[s, c]
 
+    def columns(self, *, sigma=None, timestep=None, binning: str = "exact") -> torch.Tensor:
+        """The column of W (the scheduler step, 0 = the noisiest) of each σ or timestep (N,) int64.
+
+        Args:
+            sigma: the σ's the loss noises to; or timestep: the scheduler's timesteps, σ · 1000 (diffusers' SD3).
+            binning: "exact": each value must be a training step's start σ_j of the grid (within 1e-5 relative),
+                else ValueError; "interval", for continuous-time training σ's (e.g. drawn uniformly, as in
+                Flow-Factory's NFT trainer): σ belongs to the step whose span it lies in, σ_{j+1} < σ ≤ σ_j, so a
+                grid value σ_j is column j as under "exact", σ = 1 is column 0 and any σ in (0, σ_{T−1}] is the
+                last column. σ = 0 (a clean sample), below 0, above 1 or NaN is refused.
+
+        Raises:
+            ValueError: not exactly one of sigma / timestep, no grid (pass sigmas= or a table), a value off the
+                grid ("exact") or outside (0, 1] ("interval"), NaN, or an unknown binning.
+        """
+        if binning == "exact":
+            return self._columns(None, sigma, timestep)
+        if binning != "interval":
+            raise ValueError(f"binning must be 'exact' or 'interval', got {binning!r}")
+        if (sigma is None) == (timestep is None):
+            raise ValueError("give exactly one of sigma or timestep")
+        if self.sigmas is None:
+            raise ValueError("sigma / timestep need the sampler's grid: pass sigmas= to Credit (a table brings it)")
+        s = torch.as_tensor(sigma if sigma is not None else timestep, dtype=torch.float64).flatten().cpu()
+        if timestep is not None:
+            s = s / 1000.0
+        bad = ~((s > 0) & (s <= 1 + 1e-9))  # NaN fails both comparisons
+        if bad.any():
+            what = "timestep" if timestep is not None else "sigma"
+            raise ValueError(f"{what} {float(s[bad][0] * (1000 if timestep is not None else 1)):.6g} is not a "
+                             f"noise level a step trains (binning 'interval' takes sigma in (0, 1])")
+        # step j spans (σ_{j+1}, σ_j]: its column is the number of step ends σ_1..σ_T at or above σ. The tolerance is
+        # "exact"'s, so a grid value read back in float32 lands on its own column under both rules.
+        ends = self.sigmas[1:]
+        return (ends[None, :] >= s[:, None] * (1 - 1e-5)).sum(1).clamp(max=self.T - 1).to(torch.int64)
+
     def signal_matrix(self) -> torch.Tensor:
         """Every (sample, step)'s signal (B, T) float64 (a copy): index it with each sample's own trained steps."""
         if self.batch is None:
