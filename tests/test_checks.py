@@ -225,6 +225,17 @@ def test_weights_check_command(tmp_path):
         assert r.returncode == 2 and msg in r.stderr
 
 
+def test_the_check_command_in_docs_credit_runs_as_written():
+    text = (ROOT / "docs/credit.md").read_text()
+    section = text.split("## Check a table before you train with it", 1)[1]
+    block = section.split("```bash", 1)[1].split("```", 1)[0]
+    command = " ".join(line.split("#")[0].rstrip().rstrip("\\") for line in block.strip().splitlines()).split()
+    assert command[:2] == ["recast", "weights"]
+    out = _cli(*command[2:], cwd=ROOT)
+    assert out.returncode == 1 and "reward 'digit', column 2 (the step sigma 0.819 -> 0.668)" in out.stdout
+    assert "departure from lambda/T (RMS relative) 0.723" in out.stdout  # the numbers the page quotes
+
+
 # ------------------------------------------------------------------ Credit.columns
 
 @pytest.fixture
