@@ -342,7 +342,7 @@ def check_table(profile: DensityProfile, lam, *, reward_names=None, temperature=
     degenerate = degenerate_columns(profile, alpha=alpha, reward_names=names)
     problems = [d.message for d in degenerate]
     needed = proposals_needed(intervals)
-    if intervals.spread > intervals.departure:
+    if intervals.spread > intervals.departure and intervals.departure > 1e-9:  # a static W has no shape to resolve
         problems.append(f"W's bootstrap spread ({intervals.spread:.3f}) exceeds its departure from lambda/T "
                         f"({intervals.departure:.3f}): its shape is mostly the profile's noise; about {needed:.0f} "
                         f"proposals (now {int(np.mean(intervals.num_observations))}) would resolve it")
