@@ -128,3 +128,16 @@ def test_bad_input_is_refused_before_any_model_call(pipe, proposals, change, msg
     finally:
         handle.remove()
     assert not calls
+
+
+def test_the_block_in_docs_credit_runs_as_written(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs/credit.md").read_text()
+    block = text.split("## Make a table for your own model", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    block = block.replace("/tmp/my_weights.npz", str(tmp_path / "my_weights.npz"))
+    exec(compile(block, "docs/credit.md", "exec"), {})
+    from recast.credit import Credit
+
+    credit = Credit.from_table(tmp_path / "my_weights.npz")
+    assert tuple(credit.reward_names) == ("warm", "texture") and credit.T == 3
