@@ -24,7 +24,45 @@ import torch
 
 from recast.archives import DensityProfile, _check_sigmas, save_profile
 
-__all__ = ["grid_sigmas", "build_profile"]
+__all__ = ["grid_sigmas", "build_profile", "resolve_reward"]
+
+
+def resolve_reward(spec, device="cpu") -> Callable:
+    """A reward callable from a callable (returned as it is) or a ``"package.module:factory"`` string.
+
+    The factory is imported and called as ``factory(device)`` when it takes a parameter, else ``factory()``; what it
+    returns must be a callable ``(images, prompts) -> scores``.
+
+    Raises:
+        ValueError: a malformed spec, a module or attribute that does not import, or a factory that returns no callable.
+    """
+    if callable(spec):
+        return spec
+    import importlib
+    import inspect
+
+    text = str(spec)
+    module, _, attr = text.partition(":")
+    if not module or not attr or not all(p.isidentifier() for p in module.split(".") + attr.split(".")):
+        raise ValueError(f"reward {text!r}: expected a callable or 'package.module:factory'")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"reward {text!r} does not import: {err}") from None
+    if not callable(obj):
+        raise ValueError(f"reward {text!r}: {attr} is not callable")
+    try:
+        takes = [p for p in inspect.signature(obj).parameters.values()
+                 if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        takes = []
+    fn = obj(device) if takes else obj()
+    if not callable(fn):
+        raise ValueError(f"reward {text!r}: the factory returned {type(fn).__name__}, not a callable "
+                         "(images, prompts) -> scores")
+    return fn
 
 
 def grid_sigmas(scheduler=None, *, num_steps: int | None = None, sigmas=None, timesteps=None,
@@ -103,7 +141,8 @@ def build_profile(pipeline=None, rewards: Mapping[str, Callable] | None = None, 
         pipeline: a diffusers ``StableDiffusion3Pipeline`` (its transformer, text encoders and VAE are used as they
             are, in their dtypes); or None with ``transformer``, ``encode`` and ``decode``.
         rewards: reward name → a callable ``(images (B, 3, H, W) float in [0, 1], prompts) -> scores (B,)``, e.g. the
-            reward functions of your own trainer. Scores must be >= 0 (or be made so by ``offsets``).
+            reward functions of your own trainer, or a ``"package.module:factory"`` string (`resolve_reward`).
+            Scores must be >= 0 (or be made so by ``offsets``).
         prompts: one prompt per proposal (repeats allowed).
         proposals: images (N, 3, H, W) in [0, 1] (any strong generator's, or your model's own samples), or a folder
             with ``prompts.jsonl`` (then ``prompts`` comes from it). Or ``latents``: (N, ...) in model space.
@@ -128,8 +167,9 @@ def build_profile(pipeline=None, rewards: Mapping[str, Callable] | None = None, 
         given, a reward that is not callable, an existing ``out``.
     """
     grid = grid_sigmas(scheduler, num_steps=num_steps, sigmas=sigmas, timesteps=timesteps)
-    if not rewards or not all(callable(f) for f in rewards.values()):
-        raise ValueError("rewards must map each reward name to a callable (images, prompts) -> scores")
+    if not rewards or not all(callable(f) or isinstance(f, str) for f in rewards.values()):
+        raise ValueError("rewards must map each reward name to a callable (images, prompts) -> scores or a "
+                         "'package.module:factory' string")
     target = None
     if out is not None:
         from recast.io import check_target
@@ -158,6 +198,7 @@ def build_profile(pipeline=None, rewards: Mapping[str, Callable] | None = None, 
     if missing:
         raise ValueError(f"without a pipeline, give {', '.join(missing)}")
     device = next(transformer.parameters()).device
+    rewards = {name: resolve_reward(f, device) for name, f in rewards.items()}
     if latents is None:  # a pipeline's VAE encodes to its posterior's mode: the same latents on every call
         latents = encode_images(proposals.float().clamp(0, 1))
     latents = latents.to(device=device, dtype=torch.float32)

@@ -141,3 +141,36 @@ def test_the_block_in_docs_credit_runs_as_written(tmp_path, monkeypatch):
 
     credit = Credit.from_table(tmp_path / "my_weights.npz")
     assert tuple(credit.reward_names) == ("warm", "texture") and credit.T == 3
+
+
+def make_warm():  # a factory without a device
+    return warm
+
+
+def make_texture(device):  # a factory that takes the device
+    assert str(device) == "cpu"
+    return texture
+
+
+def test_package_module_factory_rewards(pipe, proposals, profile):
+    from recast.profile import resolve_reward
+
+    assert resolve_reward(warm) is warm
+    assert resolve_reward(f"{__name__}:make_warm") is warm
+    assert resolve_reward(f"{__name__}:make_texture", "cpu") is texture
+    named = build_profile(pipe, {"warm": f"{__name__}:make_warm",
+                                 "texture": f"{__name__}:make_texture"},
+                          proposals[1], proposals=proposals[0], **KW)
+    for k in profile.ratios:
+        np.testing.assert_array_equal(named.ratios[k], profile.ratios[k])
+
+
+@pytest.mark.parametrize("spec, msg", [("nocolon", "package.module:factory"), ("no_such_module_x:f", "does not import"),
+                                       (f"{__name__}:nothing", "does not import"),
+                                       (f"{__name__}:LINEAR", "not callable"),
+                                       (f"{__name__}:KW", "not callable")])
+def test_bad_factory_specs_are_refused(spec, msg):
+    from recast.profile import resolve_reward
+
+    with pytest.raises(ValueError, match=msg):
+        resolve_reward(spec)
