@@ -236,6 +236,15 @@ def test_the_check_command_in_docs_credit_runs_as_written():
     assert "departure from lambda/T (RMS relative) 0.723" in out.stdout  # the numbers the page quotes
 
 
+@pytest.mark.parametrize("proposal", [(), ("--proposal", "renderings", "--num-continuations", "1", "--num-base", "1",
+                                           "--substeps", "1", "--num-prompts", "2")])
+def test_profile_refuses_set_without_config(tmp_path, proposal):
+    r = subprocess.run([sys.executable, "-m", "recast", "profile", "--world", "tiny", "--rewards", "digit,color",
+                        "--num-steps", "2", *proposal, "--set", "num_steps=3", "--out", str(tmp_path / "p.npz")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "--set num_steps=3 needs --config" in r.stderr and not list(tmp_path.iterdir())
+
+
 # ------------------------------------------------------------------ Credit.columns
 
 @pytest.fixture

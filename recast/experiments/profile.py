@@ -58,6 +58,9 @@ def _checked(args: argparse.Namespace):
 
     if args.estimator not in ESTIMATORS:
         raise ValueError(f"unknown --estimator {args.estimator!r}; choose one of {ESTIMATORS}")
+    from recast.experiments.weights_cli import refuse_sets_without_config
+
+    refuse_sets_without_config(args)
     spec = resolve_world(args.world)
     info = world_info(spec)  # a missing or damaged world is refused here, before any weights are read
     if args.rewards == "all":  # every reward some setting trains

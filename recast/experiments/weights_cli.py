@@ -239,9 +239,17 @@ def _check(args: argparse.Namespace, names) -> dict:
     return offsets
 
 
+def refuse_sets_without_config(args: argparse.Namespace) -> None:
+    """--set layers over a --config file's fields; without one it would be dropped silently, so it is refused."""
+    if getattr(args, "sets", None) and not getattr(args, "train_config", None):
+        raise ValueError(f"--set {args.sets[0]} needs --config: --set layers over a train config's fields "
+                         "(e.g. --config configs/paper/stage1.yaml --set world_settings.reward_root=DIR)")
+
+
 def config_settings(args: argparse.Namespace, spec: str, names):
     """With --config: (world spec, reward names, the world's settings object) from the train config file, the flags
     the user gave explicitly winning; without it, what the flags say and no settings."""
+    refuse_sets_without_config(args)
     if not getattr(args, "train_config", None):
         return spec, names, None
     from recast.config import resolve_rewards, resolve_world
