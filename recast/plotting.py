@@ -143,3 +143,39 @@ def plot_discriminability(D, reward_names: Sequence[str], sigmas, *, ax: plt.Axe
     if title:
         ax.set_title(title, fontsize=9)
     return ax
+
+
+def plot_weight_intervals(intervals, *, sigmas=None, ax: plt.Axes | None = None, title: str | None = None,
+                          flagged: Sequence[tuple[str, int]] = ()) -> plt.Axes:
+    """Each reward's W / (λ_k / T) per step with its bootstrap interval (`recast.checks.bootstrap_table`); 1 is static.
+
+    Args:
+        intervals: a `recast.checks.TableIntervals`.
+        sigmas: optional grid (T+1,); steps are then labelled by σ_j of the step's start.
+        flagged: (reward, column) cells to mark (e.g. `recast.checks.degenerate_columns`' findings), drawn as a ring.
+    """
+    W, lo, hi = (_to_numpy(x) for x in (intervals.W, intervals.lo, intervals.hi))
+    K, T = W.shape
+    ref = W.sum(1, keepdims=True) / T
+    scale = np.divide(1.0, ref, out=np.zeros_like(ref), where=ref > 0)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.6 + 0.9 * T, 3.4))
+    palette = sns.color_palette("tab10", K)
+    width = 0.8 / max(K, 1)
+    x = np.arange(T)
+    for k, name in enumerate(intervals.reward_names):
+        xs = x - 0.4 + width * (k + 0.5)
+        y = W[k] * scale[k]
+        ax.errorbar(xs, y, yerr=np.stack([y - lo[k] * scale[k], hi[k] * scale[k] - y]).clip(min=0), fmt="o", ms=3,
+                    capsize=2, color=palette[k], label=name)
+        for reward, j in flagged:
+            if reward == name:
+                ax.plot(xs[j], y[j], "o", ms=10, mfc="none", mec="crimson", mew=1.2)
+    ax.axhline(1.0, color="0.5", lw=0.8, ls="--")
+    ax.set_xticks(x, [f"{float(s):.2f}" for s in _to_numpy(sigmas)[:-1]] if sigmas is not None else [str(j) for j in x])
+    ax.set_xlabel("denoising step j (σ_j)" if sigmas is not None else "denoising step j  (0 = noisiest)")
+    ax.set_ylabel(f"W / (λ/T), {intervals.level:.0%} bootstrap interval")
+    ax.legend(fontsize=7, frameon=False, ncols=min(K, 3))
+    if title:
+        ax.set_title(title, fontsize=9)
+    return ax

@@ -282,3 +282,17 @@ def test_columns_refuses_misuse(credit):
         credit.columns(sigma=[1.0], binning="nearest")
     with pytest.raises(ValueError, match="grid"):
         Credit(["a", "b"], 4, [1, 1], method="static").columns(sigma=[1.0], binning="interval")
+
+
+def test_plot_weight_intervals_draws_one_series_per_reward_and_marks_flagged_cells():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from recast.plotting import plot_weight_intervals
+
+    iv = bootstrap_table(_profile(), [1, 2], num_boot=20)
+    ax = plot_weight_intervals(iv, sigmas=SIGMAS, flagged=[("late", 1)], title="t")
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["early", "late"]
+    rings = [ln for ln in ax.lines if ln.get_markerfacecolor() == "none"]
+    assert len(rings) == 1 and [t.get_text() for t in ax.get_xticklabels()] == ["1.00", "0.75", "0.50", "0.25"]
+    np.testing.assert_allclose(rings[0].get_ydata(), iv.W[1, 1] * 4 / iv.W[1].sum())
