@@ -245,6 +245,20 @@ def test_profile_refuses_set_without_config(tmp_path, proposal):
     assert r.returncode == 2 and "--set num_steps=3 needs --config" in r.stderr and not list(tmp_path.iterdir())
 
 
+def test_the_global_index_recipe_in_docs_credit_runs_as_written():
+    text = (ROOT / "docs/credit.md").read_text()
+    block = text.split("**Keep each sample's global index", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    space: dict = {}
+    torch.manual_seed(0)  # the block draws its rewards and shuffles from the global generator
+    exec(compile(block, "docs/credit.md", "exec"), space)
+    S, world, B, T = space["S"], space["world"], space["B"], space["T"]
+    assert S.shape == (world * B, T) and not torch.allclose(S[:, 0], S[:, -1])  # W is not flat: steps differ
+    # the natural-looking read by position after the shuffle is the wrong sample's signal for most pairs
+    idx, steps = space["idx"], space["steps"]
+    rank_rows = torch.arange((world - 1) * B, world * B)
+    assert (S[rank_rows, steps[:, -1]] != S[idx, steps[:, -1]]).any()
+
+
 # ------------------------------------------------------------------ Credit.columns
 
 @pytest.fixture
