@@ -89,7 +89,8 @@ def test_lora_targets_trainable_set_and_old_policy_decay(world):
     trainable = {n for n, p in tr.named_parameters() if p.requires_grad}
     assert trainable and all(".default." in n and "lora_" in n for n in trainable) and set(pol.names) == trainable
     assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable} >= {"to_q", "add_k_proj", "to_add_out"}
-    assert any(".attn2.to_q.lora_A.default" in n for n in trainable)  # SD3.5's dual attention is adapted too
+    # the release's targets: each block's joint attention `attn`, never the dual-attention block's second `attn2`
+    assert any(".attn.to_q.lora_A.default" in n for n in trainable) and not any(".attn2." in n for n in trainable)
     new, old = pol.params, pol.old
     assert all(torch.equal(a, b) for a, b in zip(new, old))  # old starts as a copy of the trained adapter
     with torch.no_grad():

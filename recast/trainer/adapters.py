@@ -37,8 +37,12 @@ def save_adapter(state: dict[str, torch.Tensor], rank: int, alpha: float, out_di
     from diffusers import StableDiffusion3Pipeline
     from peft import LoraConfig
 
-    targets = sorted({k.split(".lora_")[0].rsplit(".", 1)[-1] if not k.split(".lora_")[0].endswith(".0")
-                      else ".".join(k.split(".lora_")[0].rsplit(".", 2)[-2:]) for k in state})
+    from recast.trainer.policy import LORA_TARGETS
+
+    # each module by the trainer's target it matches ("attn.to_q", peft's suffix rule), else by its whole name: the
+    # metadata names what was adapted and no more (a bare "to_q" would also name a dual-attention block's attn2.to_q)
+    modules = {k.split(".lora_")[0] for k in state}
+    targets = sorted({next((t for t in LORA_TARGETS if m == t or m.endswith("." + t)), m) for m in modules})
     meta = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, init_lora_weights="gaussian").to_dict()
     meta = {k: (sorted(v) if isinstance(v, set) else v) for k, v in meta.items()}
     StableDiffusion3Pipeline.save_lora_weights(str(out_dir), transformer_lora_layers=state,

@@ -282,7 +282,9 @@ class Trainer(Persistent):
             self.credit.observe()
         if self.replay is not None:  # after the draw: a sample is replayed from the next iteration on
             self.replay.add(ro.prompts, ro.x0, R, replay_rec.pop("_offsets"), iteration=i + 1)
-        self.policy.update_old(old_decay(self.update_offset + i, cfg.old_decay_rate, cfg.old_decay_max))
+        # the updates done so far, this iteration's included (one per iteration) and earlier stages' (update_offset),
+        # as the release counts them: d = 0.001 after the first update, 0.5 from update 500
+        self.policy.update_old(old_decay(self.update_offset + i + 1, cfg.old_decay_rate, cfg.old_decay_max))
         self.policy.update_ema(cfg.ema_decay)
         self.iteration = i + 1
         self._count_queries(R_all.shape[1], out)

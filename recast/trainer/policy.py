@@ -21,13 +21,20 @@ from recast.trainer.sharding import copy_full_, full_tensor
 
 __all__ = ["LORA_TARGETS", "Policy", "old_decay"]
 
-# SD3 joint-attention projections (image stream and text stream), as in DiffusionNFT / Flow-GRPO.
-LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
+# SD3 joint-attention projections (image stream and text stream) of each block's `attn`, the release's and
+# DiffusionNFT / Flow-GRPO's list. peft matches a list entry as the whole module name or a suffix after a "."
+# (`LoraConfig.target_modules`), so "attn.to_q" leaves the second, image-only attention `attn2` of SD3.5's
+# dual-attention (MMDiT-X) blocks unadapted; the bare "to_q" used to adapt it too (31 layers for 23 on a tiny
+# transformer with two dual-attention blocks; SD3.5-Medium: 191 layers for 243, docs/method.md §0).
+LORA_TARGETS = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "attn.add_q_proj", "attn.add_k_proj",
+                "attn.add_v_proj", "attn.to_add_out")
 
 
-def old_decay(step: int, rate: float = 0.001, max_decay: float = 0.5) -> float:
-    """DiffusionNFT's old-policy decay d = min(rate * step, max_decay) (0 at step 0: old = current)."""
-    return min(rate * step, max_decay)
+def old_decay(updates: int, rate: float = 0.001, max_decay: float = 0.5) -> float:
+    """DiffusionNFT's old-policy decay d = min(rate * updates, max_decay), read with the optimiser updates done so
+    far, the one just made included, as the release does: d = 0.001 after the first update, 0.5 from update 500 (its
+    0.5 * min(updates / 500, 1) at the defaults)."""
+    return min(rate * updates, max_decay)
 
 
 def _check_decay(decay: float) -> None:
@@ -54,9 +61,8 @@ class Policy:
         if self.lora:
             from peft import LoraConfig
 
-            present = {n.rsplit(".", 1)[-1] for n, _ in transformer.named_modules()} | {
-                ".".join(n.rsplit(".", 2)[-2:]) for n, _ in transformer.named_modules()}
-            targets = [t for t in LORA_TARGETS if t in present]
+            names = [n for n, _ in transformer.named_modules()]
+            targets = [t for t in LORA_TARGETS if any(n == t or n.endswith("." + t) for n in names)]  # peft's rule
             transformer.requires_grad_(False)
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
