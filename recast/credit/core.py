@@ -217,6 +217,7 @@ class Credit:
             if isinstance(weights, DensityProfile):
                 self._profile = weights
             elif isinstance(weights, WeightTable):
+                weights.validate("weights=")
                 self.table = weights.subset(self.reward_names)
                 own = torch.as_tensor(self.table.budgets, dtype=torch.float64)
                 own = own / own.sum()
@@ -336,10 +337,13 @@ class Credit:
         if timestep is not None:
             s = s / 1000.0  # SD3 / diffusers: timestep = σ · 1000
         grid = self.sigmas[:-1]
+        what = "timestep" if timestep is not None else "sigma"
+        if not torch.isfinite(s).all():
+            raise ValueError(f"{what} holds a non-finite value ({float(s[~torch.isfinite(s)][0]):g}): not a training "
+                             "step of this grid")
         dist, col = (s[:, None] - grid[None, :]).abs().min(dim=1)
-        off = dist > 1e-5 * (1 + s.abs())
+        off = ~(dist <= 1e-5 * (1 + s.abs()))
         if off.any():
-            what = "timestep" if timestep is not None else "sigma"
             raise ValueError(f"{what} {float(s[off][0] * (1000 if timestep is not None else 1)):.6g} is not a "
                              f"training step of this grid (the steps start at sigmas[:-1] = "
                              f"{[round(x, 5) for x in grid.tolist()]})")
@@ -588,6 +592,9 @@ class Credit:
                 W = validate_W(W, self.lam, self.T)
             except ValueError as err:
                 raise ValueError(f"credit state entry 'W': {err}") from None
+            if not abs(float(raw.sum()) - 1.0) <= 1e-6:  # validate_W checks a copy scaled to total 1; the state's own
+                raise ValueError(f"credit state entry 'W' sums to {float(raw.sum()):.6g}, not 1: its rows must sum to "
+                                 "the budgets lam and its columns to 1/T as saved (a scaled W is not a credit state)")
             if self.spec.weights == "table" and (raw.shape != self._W.shape or (raw - self._W).abs().max() > 1e-12):
                 raise ValueError("credit state entry 'W' differs from the weight table's W: the weight file changed "
                                  "since this state was saved (resume with the same file)")

@@ -1,0 +1,46 @@
+"""Round-4 reliability probe's bad cases (docs: /work/shared/reliability-r4.md), one regression test each."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from recast.credit import Credit
+
+
+@pytest.mark.parametrize("method,scale", [("fixed", 2.0), ("recast_live", 2.0), ("recast_live", 1e300),
+                                          ("recast_live", 1e-300)])
+def test_G37_scaled_state_W_refused(method, scale):
+    """G37 / G37b / G37c / G37d: a state W off its marginals by a common factor is refused, not kept raw."""
+    R, g = torch.rand(2, 8, dtype=torch.float64), [i // 4 for i in range(8)]
+    kw = {"fixed_W": torch.full((2, 4), 1 / 8)} if method == "fixed" else {}
+    c = Credit(["a", "b"], 4, [1, 1], method=method, min_pairs=2, bootstrap=8, **kw)
+    c.normalise(R, g)
+    s = c.state_dict()
+    s["W"] = s["W"] * scale
+    d = Credit(["a", "b"], 4, [1, 1], method=method, min_pairs=2, bootstrap=8, **kw)
+    with pytest.raises(ValueError, match="credit state entry 'W'"):
+        d.load_state_dict(s)
+    d.load_state_dict(c.state_dict())  # the state as saved still loads
+
+
+@pytest.mark.parametrize("kw", [{"sigma": [1.0, float("nan")]}, {"timestep": [float("nan"), float("nan")]}])
+def test_G07b_G07c_nan_sigma_or_timestep_refused(kw):
+    c = Credit(["a", "b"], 4, [1, 1], method="static",
+               sigmas=torch.tensor([1, .75, .5, .25, 0.], dtype=torch.float64))
+    c.normalise(torch.rand(2, 8), [i // 4 for i in range(8)])
+    with pytest.raises(ValueError, match="non-finite"):
+        c.signal(torch.arange(2), **kw)
+
+
+def test_G69_inconsistent_weight_table_object_refused():
+    from recast.archives import ArchiveError, load_profile, table_from_profile
+
+    t = table_from_profile(load_profile("data/profiles/tiny_renderings_T4.npz", ["digit", "color"]), [1, 1])
+    Credit(["digit", "color"], 4, weights=t, aggregation="per_reward")  # the table as made is fine
+    bad = dataclasses.replace(t, TW=3 * t.TW)
+    with pytest.raises(ArchiveError, match="weights="):
+        Credit(["digit", "color"], 4, weights=bad, aggregation="per_reward")
+    with pytest.raises(ArchiveError, match="weights="):
+        Credit.from_table(bad, aggregation="per_reward")
