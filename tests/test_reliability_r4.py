@@ -44,3 +44,22 @@ def test_G69_inconsistent_weight_table_object_refused():
         Credit(["digit", "color"], 4, weights=bad, aggregation="per_reward")
     with pytest.raises(ArchiveError, match="weights="):
         Credit.from_table(bad, aggregation="per_reward")
+
+
+@pytest.mark.parametrize("dangling", [True, False])
+def test_F07_F07b_tiny_sd3_marker_link_refused(tmp_path, capsys, dangling):
+    """F07 (a dangling link at OUT/tiny_sd3.json) and F07b (a link to the user's JSON): refused before anything is
+    built, nothing written through the link."""
+    from recast.cli import main
+
+    target = tmp_path / "outside.json"
+    if not dangling:
+        target.write_text('{"seed": 0}\n')
+    out = tmp_path / "T"
+    out.mkdir()
+    (out / "tiny_sd3.json").symlink_to(target)
+    assert main(["tiny-sd3", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "symbolic link" in err and err.count("\n") == 1
+    assert target.exists() != dangling and (dangling or target.read_text() == '{"seed": 0}\n')
+    assert not (out / "sd35").exists() and not (out / ".sd35.partial").exists()

@@ -13,6 +13,8 @@ import json
 import shutil
 from pathlib import Path
 
+from recast.io import check_target, write_json
+
 __all__ = ["PIPELINE", "REWARDS", "write_folders"]
 
 PIPELINE, REWARDS = "sd35", "reward_ckpts"  # the folders' names under OUT
@@ -23,7 +25,7 @@ def _check(out: Path, seed: int) -> dict:
     """The marker's record, after refusing an OUT whose folders cannot be ours (before anything is built)."""
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} is a file; tiny-sd3 needs a folder")
-    marker = out / _MARKER
+    marker = check_target(out / _MARKER)  # a link (dangling or not) planted there is refused, never followed
     record = json.loads(marker.read_text()) if marker.is_file() else {}
     if record and record.get("seed") != seed:
         raise ValueError(f"{out} holds tiny folders made with seed {record.get('seed')}, not {seed}; use that seed "
@@ -57,7 +59,7 @@ def write_folders(out: str | Path, seed: int = 0) -> dict[str, Path]:
         save(partial, seed=seed)
         done = list(dict.fromkeys([*done, name]))
         # the marker first: a kill between the two leaves a name whose folder is missing, which a rerun writes
-        (out / _MARKER).write_text(json.dumps({"seed": seed, "written": done}) + "\n")
+        write_json(out / _MARKER, {"seed": seed, "written": done})  # atomic, never through a link
         partial.rename(out / name)
         now.append(name)
     return {PIPELINE: out / PIPELINE, REWARDS: out / REWARDS, "written": now}
