@@ -63,3 +63,21 @@ def test_F07_F07b_tiny_sd3_marker_link_refused(tmp_path, capsys, dangling):
     assert err.startswith("error: ") and "symbolic link" in err and err.count("\n") == 1
     assert target.exists() != dangling and (dangling or target.read_text() == '{"seed": 0}\n')
     assert not (out / "sd35").exists() and not (out / ".sd35.partial").exists()
+
+
+def test_B10d_profile_auto_refuses_another_world(tmp_path, capsys):
+    """B10d: --auto onto a profile made with another world is refused naming the world, the profile kept as it was."""
+    from recast.cli import main
+
+    out = tmp_path / "P.npz"
+    common = ["--rewards", "digit,color", "--num-steps", "2", "--num-continuations", "1", "--num-base", "1",
+              "--substeps", "1", "--num-prompts", "4", "--proposal", "renderings", "--auto", "--out", str(out)]
+    assert main(["profile", "--world", "tiny", *common]) == 0
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert main(["profile", "--world", "tiny", *common]) == 0
+    assert "kept" in capsys.readouterr().out
+    assert main(["profile", "--world", "data/digit_base", *common]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "world: 'tiny' there vs 'data/digit_base' now" in err
+    assert out.read_bytes() == before

@@ -281,7 +281,7 @@ def _keep(target: Path, args: argparse.Namespace, names, offsets: dict) -> int:
     from recast.archives import load_profile
 
     meta = load_profile(target).meta
-    want = {"proposal": str(args.proposal), "num_steps": args.num_steps, "shift": args.shift, "seed": args.seed,
+    want = {"world": str(args.world), "proposal": str(args.proposal), "num_steps": args.num_steps, "shift": args.shift, "seed": args.seed,
             "num_continuations": args.num_continuations, "num_base": args.num_base, "substeps": args.substeps,
             "offsets": offsets, "debias": not args.no_debias}
     diff = [f"{k}: {meta.get(k)!r} there vs {v!r} now" for k, v in want.items() if meta.get(k) != v]
