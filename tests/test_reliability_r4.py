@@ -81,3 +81,51 @@ def test_B10d_profile_auto_refuses_another_world(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "world: 'tiny' there vs 'data/digit_base' now" in err
     assert out.read_bytes() == before
+
+
+# --------------------------------------------------------------------------- stages (--initialize-from)
+def test_I05_I05b_stage_trains_at_its_own_lr_weight_decay_and_betas(tmp_path):
+    from recast.config import preset
+    from recast.trainer import Trainer
+
+    Trainer(preset("ci", iterations=1, lr=0.001), tmp_path / "src").run()
+    cfg = preset("ci", iterations=1, lr=0.01, weight_decay=0.05, adam_betas=(0.8, 0.9),
+                 initialize_from=str(tmp_path / "src"))
+    s2 = Trainer(cfg, tmp_path / "s2")
+    assert s2.update_offset == 1 and s2.optimizer.state  # the source's moments are kept ...
+    for group in s2.optimizer.param_groups:  # ... its hyperparameters are not
+        assert (group["lr"], tuple(group["betas"]), group["weight_decay"]) == (0.01, (0.8, 0.9), 0.05)
+    s2.run()
+    state = torch.load(tmp_path / "s2" / "checkpoint.pt", weights_only=True)
+    assert [(g["lr"], tuple(g["betas"]), g["weight_decay"]) for g in state["optimizer"]["param_groups"]] \
+        == [(0.01, (0.8, 0.9), 0.05)] * len(state["optimizer"]["param_groups"])
+
+
+def test_I07_source_whose_checkpoint_is_another_runs_is_refused(tmp_path):
+    import shutil
+
+    from recast.config import preset
+    from recast.trainer import Trainer
+
+    Trainer(preset("ci", iterations=1), tmp_path / "A").run()
+    Trainer(preset("ci", iterations=1, lr=0.001), tmp_path / "B").run()
+    shutil.copytree(tmp_path / "A", tmp_path / "A2")
+    shutil.copy(tmp_path / "B" / "checkpoint.pt", tmp_path / "A2" / "checkpoint.pt")
+    with pytest.raises(ValueError, match="initialize_from: .*is not the checkpoint of the run.*lr"):
+        Trainer(preset("ci", iterations=1, initialize_from=str(tmp_path / "A2")), tmp_path / "s2")
+
+
+def test_I10b_unfinished_source_is_refused_naming_iterations(tmp_path):
+    import json
+
+    from recast.config import preset
+    from recast.trainer import Trainer
+
+    Trainer(preset("ci", iterations=2), tmp_path / "src").run()
+    p = tmp_path / "src" / "config.json"  # a run killed at iteration 2 of 400 (iterations is a field a resume may change)
+    cfg = json.loads(p.read_text())
+    cfg["iterations"] = 400
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="never finished: it reached iteration 2 of 400 planned"):
+        Trainer(preset("ci", iterations=1, initialize_from=str(tmp_path / "src")), tmp_path / "s2")
+    assert not (tmp_path / "s2").exists()

@@ -18,7 +18,7 @@ from recast.trainer.backends import NonFiniteLossError
 from recast.trainer.evaluation import evaluate as evaluate_policy
 from recast.trainer.ranks import gather_rng, marker_processes, restore_rank_rng
 from recast.trainer.sharding import full_optimizer_state, load_full_optimizer_state
-from recast.trainer.runfiles import check_checkpoint_config
+from recast.trainer.runfiles import check_checkpoint_config, load_trained
 from recast.trainer.validate import RUN_MARKER
 
 if TYPE_CHECKING:
@@ -146,7 +146,10 @@ class Persistent:
         src = Path(run_dir)
         if src.resolve() == self.out.resolve():
             raise ValueError(f"config field initialize_from: {src} is this run's own folder; to continue a run, resume it")
-        state = ckpt.load_checkpoint(src, action="cannot initialize from it")
+        try:  # the checkpoint compared with the source's config.json, as every other reader does (I07)
+            _, state = load_trained(src, "cannot initialize from")
+        except ValueError as err:
+            raise ValueError(f"config field initialize_from: {err}") from None
         theirs = state.get("config") or {}
         if state.get("world_fingerprint") != self.world_fingerprint:
             raise ValueError(f"config field initialize_from: {src} was trained from another base model (fingerprint "
@@ -162,6 +165,12 @@ class Persistent:
         except (KeyError, ValueError, RuntimeError) as err:
             raise ValueError(f"config field initialize_from: {src}: its adapter or optimiser does not fit this run "
                              f"({str(err).splitlines()[0][:200]})") from None
+        # torch's load_state_dict brings back the source's hyperparameters with its moments: this stage's own win
+        for group in self.optimizer.param_groups:
+            group.update(lr=self.cfg.lr, betas=tuple(self.cfg.adam_betas), eps=self.cfg.adam_eps,
+                         weight_decay=self.cfg.weight_decay)
+            if "initial_lr" in group:
+                group["initial_lr"] = self.cfg.lr
         self.update_offset = int(state.get("update_offset", 0)) + int(state["iteration"])
 
     def _load_optimizer(self, state: dict) -> None:

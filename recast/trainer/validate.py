@@ -16,11 +16,11 @@ import torch
 from recast.config import (BACKENDS, NFT_NORMS, REPLAY_PRIORITIES, SDE_TYPES, STD_SCOPES, TrainConfig,
                            check_field_types, resolve_budgets, resolve_path, resolve_rewards, resolve_world)
 from recast.credit.methods import MethodSpec, resolve_method
-from recast.io import check_safetensors, read_json
+from recast.io import check_safetensors, read_json, read_jsonl
 from recast.solver import ConvergenceError, min_temperature
 from recast.advantages import normalise_budgets, validate_W
 from recast.trainer.bounds import check_bounds
-from recast.trainer.rundir import RUN_FILES, RUN_MARKER, check_out_dir, check_run_dir, is_recast_run
+from recast.trainer.rundir import RUN_FILES, RUN_MARKER, check_out_dir, check_run_dir, is_finished, is_recast_run
 from recast.trainer.sharding import check_fsdp
 from recast.trainer.speed import SDPA_BACKENDS, check_switches
 from recast.trainer.tracking import check_trackers
@@ -36,6 +36,23 @@ SEED_LIMIT = 2**32  # numpy's and torch's seeds; the trainer derives generator s
 def _need(ok: bool, msg: str) -> None:
     if not ok:
         raise ValueError(msg)
+
+
+def _check_source_finished(src: Path, given: str) -> None:
+    """Refuse an earlier stage that never finished (killed, or still training): its checkpoint is a partial one."""
+    try:
+        planned = read_json(src / "config.json").get("iterations")
+    except (OSError, ValueError, AttributeError):
+        raise ValueError(f"config field initialize_from: {given} has no readable config.json (a finished run of the "
+                         "earlier stage)") from None
+    if not is_finished(src, planned):
+        try:
+            reached = read_jsonl(src / "metrics.jsonl")[-1].get("iteration")
+        except (OSError, ValueError, IndexError, AttributeError):
+            reached = 0
+        raise ValueError(f"config field initialize_from: {given} never finished: it reached iteration {reached} of "
+                         f"{planned} planned (killed, or still training); finish it (train --auto) or start from a "
+                         "finished run")
 
 
 def _ranges(cfg: TrainConfig) -> list[tuple[str, bool]]:
@@ -158,6 +175,7 @@ def validate_config(cfg: TrainConfig) -> RunSpec:
         _need(resolve_path(cfg.initialize_from).joinpath("checkpoint.pt").is_file(),
               f"config field initialize_from: {cfg.initialize_from} holds no checkpoint.pt (a finished run of the "
               "earlier stage)")
+        _check_source_finished(resolve_path(cfg.initialize_from), cfg.initialize_from)
     check_trackers(cfg.log_with)
     _need(cfg.sdpa_backend in SDPA_BACKENDS, f"config field sdpa_backend: unknown {cfg.sdpa_backend!r}; choose from "
                                              f"{SDPA_BACKENDS}")
