@@ -129,3 +129,22 @@ def test_I10b_unfinished_source_is_refused_naming_iterations(tmp_path):
     with pytest.raises(ValueError, match="never finished: it reached iteration 2 of 400 planned"):
         Trainer(preset("ci", iterations=1, initialize_from=str(tmp_path / "src")), tmp_path / "s2")
     assert not (tmp_path / "s2").exists()
+
+
+def test_E04_paper_eval_refuses_an_unfinished_run(tmp_path, capsys):
+    import json
+
+    from recast.config import preset
+    from recast.experiments.paper_scoring import main
+    from recast.trainer import Trainer
+
+    for method in ("recast", "static"):
+        Trainer(preset("ci", method=method, iterations=1, eval_prompts=2), tmp_path / "runs" / method / "seed_0").run()
+    p = tmp_path / "runs" / "static" / "seed_0" / "config.json"  # the static run as a killed one leaves it
+    cfg = json.loads(p.read_text())
+    cfg["iterations"] = 300
+    p.write_text(json.dumps(cfg))
+    assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "ev"), "--no-pairwise", "--num-prompts", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: 1 run(s) never finished") and "iteration 1 of 300" in err and "static" in err
+    assert err.count("\n") == 1 and not (tmp_path / "ev" / "paper_eval.json").exists()

@@ -162,6 +162,21 @@ class _Setting:
                 "abstained": int(len(values) - len(finite))}
 
 
+def _unfinished(run_dir: Path) -> str:
+    """'' for a finished run (`recast.trainer.rundir.is_finished`), else '<run>: iteration N of M'."""
+    from recast.io import read_json, read_jsonl
+    from recast.trainer.rundir import is_finished
+
+    planned = read_json(run_dir / "config.json").get("iterations")
+    if is_finished(run_dir, planned):
+        return ""
+    try:
+        reached = read_jsonl(run_dir / "metrics.jsonl")[-1].get("iteration")
+    except (OSError, ValueError, IndexError, AttributeError):
+        reached = 0
+    return f"{run_dir}: iteration {reached} of {planned}"
+
+
 def evaluate_paper(run_dirs, *, out: str | Path | None = None, cache_dir: str | Path | None = None,
                    num_prompts: int = 0, split: str = "test", noise_seed: int = 0, judges=None, pairwise: bool = True,
                    pairwise_prompts: int = 0, which: str = "ema", device: str = "cpu", batch_size: int = 16,
@@ -196,6 +211,10 @@ def evaluate_paper(run_dirs, *, out: str | Path | None = None, cache_dir: str | 
             skipped.append(d)
         else:
             infos.append(info)
+    unfinished = [line for line in (_unfinished(info.run_dir) for info in infos) if line]
+    if unfinished:  # a killed run's partial checkpoint is not the method's result (its table row would say it is)
+        raise ValueError(f"{len(unfinished)} run(s) never finished: {'; '.join(unfinished[:3])}; finish them "
+                         "(train --auto) or leave them out of the folders given")
     pairs, alone = matched_pairs(infos)
     if not pairs:
         raise ValueError(f"no matched {recast}/{static} pair (same setting, budget and seed) among {len(infos)} runs")
