@@ -77,3 +77,18 @@ def test_the_world_check_re_derives(tmp_path):
             a, b = again["settings"][setting][key], v[key]
             np.testing.assert_allclose(np.array(list(a.values()), dtype=float), np.array(list(b.values()), dtype=float),
                                        atol=2e-4)
+
+
+def test_the_m16_profile_passes_the_check_and_is_what_data_readme_says():
+    import hashlib
+
+    findings = study_g.profile_findings()
+    assert findings["data/profiles/digit_base_renderings_M16_T6.npz"] == []
+    digest = hashlib.sha256(study_g.R16_PROFILE.read_bytes()).hexdigest()
+    assert digest in (study_g.ROOT / "data/README.md").read_text()
+    for setting, cos_m4, cos_gt in (("compose", 0.946, 0.152), ("timing", 0.976, 0.552)):
+        r16 = load_table(study_g.table_path("recast_r16", setting, "equal"))
+        assert compare_tables(r16, load_table(study_g.table_path("recast", setting, "equal"))).cosine == \
+            pytest.approx(cos_m4, abs=0.001)
+        assert compare_tables(r16, load_table(study_g.table_path("recast_gt", setting, "equal"))).cosine == \
+            pytest.approx(cos_gt, abs=0.001)
