@@ -15,6 +15,7 @@ reward callables ``(images, prompts) -> scores``, any scheduler's grid) to it, a
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -24,7 +25,7 @@ import torch
 
 from recast.archives import DensityProfile, _check_sigmas, save_profile
 
-__all__ = ["grid_sigmas", "build_profile", "resolve_reward"]
+__all__ = ["grid_sigmas", "build_profile", "resolve_reward", "read_proposal_folder"]
 
 
 def resolve_reward(spec, device="cpu") -> Callable:
@@ -113,17 +114,43 @@ class _Callables:
         return self._rewards[name]
 
 
-def _pipeline_parts(pipeline, max_sequence_length: int, resolution: int | None):
-    """encode, decode and encode_images of a StableDiffusion3Pipeline, through this repo's SD3 world (its dtypes kept)."""
-    from recast.worlds.sd3.settings import DTYPES, SD3Settings
-    from recast.worlds.sd3.world import SD3World
+def read_proposal_folder(folder: str | Path) -> tuple[list, list[str]]:
+    """(images as float tensors (3, H, W) in [0, 1], prompts) of a proposal folder's ``prompts.jsonl``.
 
-    names = {v: k for k, v in DTYPES.items()}
-    side = resolution or int(pipeline.default_sample_size * pipeline.vae_scale_factor)
-    settings = SD3Settings(resolution=side, max_sequence_length=int(max_sequence_length),
-                           dtype=names[pipeline.transformer.dtype], vae_dtype=names[pipeline.vae.dtype])
-    world = SD3World(pipeline, settings)
-    return world.encode_prompts, world.decode, world.encode_images
+    Raises:
+        ValueError / FileNotFoundError: a missing or malformed prompts.jsonl, a missing or unreadable image.
+    """
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    root = Path(folder)
+    index = root / "prompts.jsonl"
+    if not index.is_file():
+        raise FileNotFoundError(f"--proposal {root}: no prompts.jsonl (one {{\"file\": ..., \"prompt\": ...}} per line)")
+    images, prompts = [], []
+    for n, line in enumerate(index.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            raise ValueError(f"{index}:{n}: not JSON") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("file"), str) or not isinstance(rec.get("prompt"), str):
+            raise ValueError(f"{index}:{n}: expected {{\"file\": \"NAME.png\", \"prompt\": \"...\"}}")
+        path = (root / rec["file"]).resolve()
+        if root.resolve() not in path.parents or not path.is_file():
+            raise ValueError(f"{index}:{n}: {rec['file']!r} is not a file inside {root}")
+        try:
+            with Image.open(path) as im:
+                arr = np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0
+        except OSError as err:
+            raise ValueError(f"{path}: not a readable image ({err})") from None
+        images.append(torch.from_numpy(arr).permute(2, 0, 1).contiguous())
+        prompts.append(rec["prompt"])
+    if not prompts:
+        raise ValueError(f"{index} lists no images")
+    return images, prompts
 
 
 @torch.no_grad()
@@ -178,8 +205,6 @@ def build_profile(pipeline=None, rewards: Mapping[str, Callable] | None = None, 
         if target.exists() and not overwrite:
             raise FileExistsError(f"{target} exists; pass overwrite=True to replace it")
     if isinstance(proposals, (str, Path)):
-        from recast.experiments.weights_cli import read_proposal_folder
-
         images, folder_prompts = read_proposal_folder(proposals)
         proposals, prompts = torch.stack(images), prompts or folder_prompts
     if (proposals is None) == (latents is None):
@@ -190,7 +215,10 @@ def build_profile(pipeline=None, rewards: Mapping[str, Callable] | None = None, 
                          f"{'no' if prompts is None else len(prompts)} prompts")
     if pipeline is not None:
         side = int(proposals.shape[-1]) if proposals is not None else None
-        encode, decode, encode_images = _pipeline_parts(pipeline, max_sequence_length, side)
+        from recast.world import pipeline_parts
+
+        encode, decode, encode_images = pipeline_parts(pipeline, max_sequence_length=max_sequence_length,
+                                                       resolution=side)
         transformer = pipeline.transformer
     missing = [k for k, v in (("transformer", transformer), ("encode", encode), ("decode", decode)) if v is None]
     if proposals is not None and encode_images is None:

@@ -118,6 +118,27 @@ _SETTINGS: dict[str, Callable | str] = {
     "sd3-tiny": "recast.worlds.sd3.settings:resolve_tiny_settings",
 }
 
+# diffusers pipeline class name -> `parts(pipeline, max_sequence_length, resolution) -> (encode, decode,
+# encode_images)` or "module:attribute": how `recast.profile.build_profile` drives a pipeline it is handed
+_PIPELINE_PARTS: dict[str, Callable | str] = {
+    "StableDiffusion3Pipeline": "recast.worlds.sd3.world:pipeline_parts",
+}
+
+
+def pipeline_parts(pipeline, *, max_sequence_length: int = 256, resolution: int | None = None):
+    """(encode, decode, encode_images) for a diffusers pipeline, from the world that knows its class.
+
+    Raises:
+        TypeError: no world handles this pipeline's class (the message names the ones that are handled and the
+            transformer/encode/decode route that needs none).
+    """
+    name = type(pipeline).__name__
+    if name not in _PIPELINE_PARTS:
+        raise TypeError(f"no world drives a {name}: pipelines handled: {', '.join(sorted(_PIPELINE_PARTS))}; for "
+                        "another model pass transformer=, encode= and decode= (and encode_images= for image "
+                        "proposals) instead of the pipeline")
+    return _resolve(_PIPELINE_PARTS[name])(pipeline, max_sequence_length=max_sequence_length, resolution=resolution)
+
 
 def register_world(prefix: str, factory: Callable[[str | None], World] | str, *, needs_arg: bool = False,
                    info: Callable[[str | None], WorldInfo] | str | None = None) -> None:

@@ -99,9 +99,9 @@ def test_written_archive_reads_back_and_a_rerun_is_refused(pipe, proposals, tmp_
 
 
 def test_same_seed_same_profile_and_the_functions_path_equals_the_pipeline_path(pipe, proposals, profile):
-    from recast.profile import _pipeline_parts
+    from recast.world import pipeline_parts
 
-    encode, decode, encode_images = _pipeline_parts(pipe, 16, 32)
+    encode, decode, encode_images = pipeline_parts(pipe, max_sequence_length=16, resolution=32)
     latents = encode_images(proposals[0])
     again = build_profile(None, REWARDS, proposals[1], latents=latents, transformer=pipe.transformer, encode=encode,
                           decode=decode, **KW)
@@ -174,3 +174,12 @@ def test_bad_factory_specs_are_refused(spec, msg):
 
     with pytest.raises(ValueError, match=msg):
         resolve_reward(spec)
+
+
+def test_a_pipeline_no_world_drives_is_refused_by_name_before_any_call():
+    class FluxPipeline:  # a stand-in: only its class name is read
+        transformer = None
+
+    with pytest.raises(TypeError, match=r"no world drives a FluxPipeline.*StableDiffusion3Pipeline.*transformer="):
+        build_profile(FluxPipeline(), {"r": lambda im, p: im.mean((1, 2, 3))}, ["a"],
+                      latents=torch.zeros(1, 4, 4, 4), sigmas=[1.0, 0.5])

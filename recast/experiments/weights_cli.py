@@ -19,7 +19,7 @@ import math
 import sys
 from pathlib import Path
 
-__all__ = ["add_proposal_arguments", "add_weights_parser", "run_proposal", "run_weights", "read_proposal_folder"]
+__all__ = ["add_proposal_arguments", "add_weights_parser", "run_proposal", "run_weights"]
 
 MAX_STEPS = 1000
 
@@ -163,45 +163,6 @@ def _samples(path: str, K: int):
     return rewards, groups
 
 
-def read_proposal_folder(folder: str | Path) -> tuple[list, list[str]]:
-    """(images as float tensors (3, H, W) in [0, 1], prompts) of a proposal folder's ``prompts.jsonl``.
-
-    Raises:
-        ValueError / FileNotFoundError: a missing or malformed prompts.jsonl, a missing or unreadable image.
-    """
-    import numpy as np
-    import torch
-    from PIL import Image
-
-    root = Path(folder)
-    index = root / "prompts.jsonl"
-    if not index.is_file():
-        raise FileNotFoundError(f"--proposal {root}: no prompts.jsonl (one {{\"file\": ..., \"prompt\": ...}} per line)")
-    images, prompts = [], []
-    for n, line in enumerate(index.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            raise ValueError(f"{index}:{n}: not JSON") from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("file"), str) or not isinstance(rec.get("prompt"), str):
-            raise ValueError(f"{index}:{n}: expected {{\"file\": \"NAME.png\", \"prompt\": \"...\"}}")
-        path = (root / rec["file"]).resolve()
-        if root.resolve() not in path.parents or not path.is_file():
-            raise ValueError(f"{index}:{n}: {rec['file']!r} is not a file inside {root}")
-        try:
-            with Image.open(path) as im:
-                arr = np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0
-        except OSError as err:
-            raise ValueError(f"{path}: not a readable image ({err})") from None
-        images.append(torch.from_numpy(arr).permute(2, 0, 1).contiguous())
-        prompts.append(rec["prompt"])
-    if not prompts:
-        raise ValueError(f"{index} lists no images")
-    return images, prompts
-
-
 def _offsets(items) -> dict:
     out = {}
     for item in items:
@@ -315,6 +276,8 @@ def run_proposal(args: argparse.Namespace, spec: str, names) -> int:
         out = _out_path(args.out, "profile.npz", getattr(args, "overwrite", False))
         folder = None
         if args.proposal not in ("self", "renderings"):
+            from recast.profile import read_proposal_folder
+
             folder = read_proposal_folder(args.proposal)
     except (ValueError, FileNotFoundError, FileExistsError, PermissionError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -19,7 +19,7 @@ import torch
 from recast.sampling import PromptEmbeds
 from recast.worlds.sd3.settings import DTYPES, SD3Settings
 
-__all__ = ["SD3Settings", "SD3World", "GuidedTransformer", "load_sd3_world", "sd3_info", "DTYPES"]
+__all__ = ["SD3Settings", "SD3World", "GuidedTransformer", "load_sd3_world", "sd3_info", "DTYPES", "pipeline_parts"]
 
 
 
@@ -307,3 +307,14 @@ def load_sd3_world(arg: str, *, settings: SD3Settings = SD3Settings(), allow_dow
                                 "with `huggingface-cli download <id> --local-dir DIR` and use sd3:DIR, or set "
                                 "RECAST_ALLOW_DOWNLOAD=1") from e
     return SD3World(pipe, settings)
+
+
+def pipeline_parts(pipeline, *, max_sequence_length: int = 256, resolution: int | None = None):
+    """(encode, decode, encode_images) of a ``StableDiffusion3Pipeline`` through this world, its dtypes kept
+    (what `recast.profile.build_profile` calls, through `recast.world.pipeline_parts`)."""
+    names = {v: k for k, v in DTYPES.items()}
+    side = resolution or int(pipeline.default_sample_size * pipeline.vae_scale_factor)
+    settings = SD3Settings(resolution=side, max_sequence_length=int(max_sequence_length),
+                           dtype=names[pipeline.transformer.dtype], vae_dtype=names[pipeline.vae.dtype])
+    world = SD3World(pipeline, settings)
+    return world.encode_prompts, world.decode, world.encode_images
