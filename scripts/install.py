@@ -4,6 +4,9 @@
     python scripts/install.py --torch cuda    # the CUDA build of torch instead (a GPU box; `make install TORCH=cuda`)
     python scripts/install.py --dry-run       # print the pip commands it would run, run nothing
 
+In a git clone it then sets up nbstripout as the notebooks' git filter (`.gitattributes` names it): a notebook is
+committed without its outputs and execution counts, whatever JupyterLab saved; outside a git checkout it skips that.
+
 Why a script: on Linux the public index's torch wheel is the CUDA build (about 0.5 GB plus several GB of CUDA
 libraries), while PyTorch's CPU wheel index serves the same version as ``+cpu``. The CPU index is tried first; when it
 cannot be reached in a few seconds, pip's own configuration decides (a mirror, a local wheel folder, or the public
@@ -117,6 +120,49 @@ def fallback(python: str, pin: str) -> list[str]:
     return [python, "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, pin]
 
 
+def git_checkout(root: Path = ROOT) -> bool:
+    """Whether ``root`` is the top of a git work tree (and git is on the path): where the notebooks' filter goes."""
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return top.returncode == 0 and Path(top.stdout.strip()).resolve() == Path(root).resolve()
+
+
+def git_filter_plan(python: str) -> list[list[str]]:
+    """The commands that make nbstripout this clone's git filter for notebooks, run in the clone.
+
+    `nbstripout --install` writes the filter into .git/config (``required``, so a commit fails rather than keep
+    outputs when the filter cannot run) and finds the committed .gitattributes already naming it; the filter is then
+    given two options: ``--keep-id`` (nbstripout would otherwise renumber the cell ids, so every committed notebook
+    would read as modified) and the kernel's ``language_info`` (its version, which JupyterLab writes on save) dropped.
+    """
+    strip = f'"{python}" -m nbstripout --keep-id --extra-keys metadata.language_info'
+    return [[python, "-m", "nbstripout", "--install", "--attributes", ".gitattributes"],
+            ["git", "config", "filter.nbstripout.clean", strip],
+            ["git", "config", "diff.ipynb.textconv", strip + " -t"]]
+
+
+def install_git_filter(python: str, root: Path = ROOT, dry_run: bool = False) -> bool:
+    """Set up the notebooks' git filter (`git_filter_plan`) when ``root`` is a git checkout and ``python`` has
+    nbstripout; otherwise, or when a step fails, say so and leave git as it is. Returns whether it is set up."""
+    if not git_checkout(root):
+        print("note: not a git checkout; the notebooks' git filter (nbstripout) is not set up", file=sys.stderr)
+        return False
+    if not dry_run and subprocess.run([python, "-m", "nbstripout", "--version"], cwd=root,
+                                      capture_output=True).returncode:
+        print("note: nbstripout is not installed (the dev extra has it); notebooks are committed as saved",
+              file=sys.stderr)
+        return False
+    for cmd in git_filter_plan(python):
+        print("$ " + " ".join(cmd), flush=True)
+        if not dry_run and subprocess.run(cmd, cwd=root).returncode:
+            print(f"note: `{' '.join(cmd)}` failed; the notebooks' git filter is not set up", file=sys.stderr)
+            return False
+    return True
+
+
 def installed_torch() -> str | None:
     """The version of torch installed in this environment (``2.13.0+cpu`` for a CPU build), None if none."""
     import importlib.metadata
@@ -156,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             print(f"error: `{' '.join(cmd)}` failed (exit {code})", file=sys.stderr)
             return code
+    install_git_filter(sys.executable, ROOT, dry_run=a.dry_run)
     if a.torch == "cpu" and not a.dry_run:
         print(f"installed the CPU build of torch; on a GPU box, `{GPU_HINT}` installs the CUDA build instead")
     return 0
