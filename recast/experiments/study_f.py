@@ -187,7 +187,7 @@ def record_path(run: SweepRun, records: Path = RECORDS) -> Path:
     return Path(records) / run.setting / run.budget / run.method / f"seed_{run.seed}.json"
 
 
-def record(run: SweepRun, commit: str) -> dict:
+def record(run: SweepRun, commit: str, stage: str = "F") -> dict:
     """A finished run's summary: everything the stage's tables read, and what identifies the run."""
     from recast.io import read_json
     from recast.trainer.metrics import load_run
@@ -195,7 +195,7 @@ def record(run: SweepRun, commit: str) -> dict:
     r = load_run(run.out_dir)
     cfg = read_json(Path(run.out_dir) / "config.json")
     plain = {k: v for k, v in cfg.items() if not k.startswith("_") and k not in ("progress",)}
-    return {"format": "recast-study-record/1", "stage": "F", "setting": run.setting, "budget": run.budget,
+    return {"format": "recast-study-record/1", "stage": stage, "setting": run.setting, "budget": run.budget,
             "arm": run.method, "seed": run.seed, "lam": list(run.lam), "command": run.command, "trainer_commit": commit,
             "config_sha256": hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest(),
             "reward_names": list(r.reward_names), "images_per_iteration": int(cfg["prompts_per_iter"]) *
@@ -277,11 +277,15 @@ def _inside(checkout: Path | None):
             os.environ["PYTHONPATH"] = path
 
 
-def _train(todo: list[SweepRun], what: str, *, jobs: int, chunk: int, commit: bool, records: Path, head: str) -> int:
-    """Train ``todo`` `chunk` at a time, writing (and committing) each finished run's record; the failures' count."""
+def _train(todo: list[SweepRun], what: str, *, jobs: int, chunk: int, commit: bool, records: Path, head: str,
+           stage: str = "F", make_record=None, path_of=None) -> int:
+    """Train ``todo`` `chunk` at a time, writing (and committing) each finished run's record; the failures' count.
+    ``make_record(run, commit)`` and ``path_of(run, records)`` default to this stage's `record` and `record_path`."""
     from recast.io import write_json
 
-    print(f"stage F, {what}: {len(todo)} runs without a record (trainer commit {head[:10]})", flush=True)
+    make_record = make_record or record
+    path_of = path_of or record_path
+    print(f"stage {stage}, {what}: {len(todo)} runs without a record (trainer commit {head[:10]})", flush=True)
     failed = 0
     for i in range(0, len(todo), chunk):
         batch = todo[i:i + chunk]
@@ -292,10 +296,11 @@ def _train(todo: list[SweepRun], what: str, *, jobs: int, chunk: int, commit: bo
         written = []
         for r in batch:
             if str(r.out_dir) not in rep.failed and (Path(r.out_dir) / "eval.jsonl").is_file():
-                written.append(write_json(record_path(r, records), record(r, head)))
+                written.append(write_json(path_of(r, records), make_record(r, head)))
         if commit and written:
             what = ", ".join(sorted({f"{r.setting}/{r.method}" for r in batch}))
-            _commit_records(written, f"Study stage F: {len(written)} run record{'s' * (len(written) != 1)} ({what})")
+            _commit_records(written, f"Study stage {stage}: {len(written)} run record{'s' * (len(written) != 1)} "
+                                     f"({what})")
         print(f"{min(i + chunk, len(todo))}/{len(todo)} done, {rep.wall_time_s:.0f} s for this batch", flush=True)
     return failed
 

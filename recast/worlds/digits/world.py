@@ -91,6 +91,13 @@ class DigitsWorld:
 
         return prefer(a_images.cpu(), b_images.cpu(), list(prompts))
 
+    def verdicts(self, images: torch.Tensor, prompts: list[str]) -> dict[str, torch.Tensor]:
+        """The held-out judges' per-sample verdicts, bool (B,) each, True = passes (the four attributes, strict,
+        not_blur, not_speckle, not_fade, defect_free): what `evaluate`'s accuracies and defect rates average."""
+        from recast.worlds.digits.judges.agreement import judge_verdicts
+
+        return judge_verdicts(images.cpu(), prompts)
+
     def evaluate(self, images: torch.Tensor, prompts: list[str], *, seed: int = 0) -> dict[str, float]:
         """Strict / per-attribute accuracy, Fréchet distance, and (with repeated prompts) diversity."""
         from recast.worlds.digits import judges
