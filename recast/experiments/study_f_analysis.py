@@ -215,12 +215,13 @@ def null_table(rows) -> list[dict]:
     return out
 
 
-def paper_table(rows, setting: str) -> list[dict]:
-    """The paper's form: per training reward and held-out judge, base / static / each arm's mean (the five arms
-    present, in priority order), and the arm's wins over static out of the matched pairs."""
+def paper_table(rows, setting: str, arms=None) -> list[dict]:
+    """The paper's form: per training reward and held-out judge, base / static / each arm's mean (the arms present,
+    in ``arms``' order: default stage F's five by priority), and the arm's wins over static out of the matched
+    pairs."""
     from recast.experiments.study_f import ARMS
 
-    arms_order = list(ARMS)
+    arms_order = list(ARMS if arms is None else arms)
     metrics = sorted({r["metric"] for r in rows if r["setting"] == setting and r["metric"].startswith("reward/")},
                      key=lambda m: (m == "reward/weighted", m)) + judges(rows, setting)
     out = []

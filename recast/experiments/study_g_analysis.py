@@ -148,27 +148,11 @@ def harms(rows) -> list[dict]:
 
 
 def paper_table(rows, setting: str) -> list[dict]:
-    """The paper's form: per training reward and held-out judge, base / static / each arm's mean, and each arm's wins
-    over static out of the matched pairs."""
+    """The paper's form (`recast.experiments.study_f_analysis.paper_table`) over stage G's arms."""
+    from recast.experiments import study_f_analysis
     from recast.experiments.study_g import ARMS
 
-    metrics = sorted({r["metric"] for r in rows if r["setting"] == setting and r["metric"].startswith("reward/")},
-                     key=lambda m: (m == "reward/weighted", m)) + judges(rows, setting)
-    present = [a for a in ARMS if any(r["arm"] == a and r["setting"] == setting for r in rows)]
-    out = []
-    for m in metrics:
-        base = finals(rows, setting, "static", m, iteration=0)
-        row = dict(setting=setting, metric=m, kind="judge" if m.startswith("judge/") else "reward",
-                   base=float(np.mean(list(base.values()))) if base else float("nan"))
-        st = finals(rows, setting, "static", m)
-        for arm in present:
-            v = finals(rows, setting, arm, m)
-            row[arm] = float(np.mean(list(v.values()))) if v else float("nan")
-            if arm != "static":
-                p = paired(v, st, metric=m, better_up=_sign(m) > 0)
-                row[f"{arm}_wins"] = f"{p['wins']}/{p['n']}" if p else ""
-        out.append(row)
-    return out
+    return study_f_analysis.paper_table(rows, setting, arms=ARMS)
 
 
 def _verdict(prim: list[dict], setting: str, arm: str) -> str | None:
