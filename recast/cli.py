@@ -140,7 +140,8 @@ def _main(argv: list[str] | None = None) -> int:
         if args.resume and args.auto:
             raise ValueError("--resume and --auto overlap: --auto already resumes a compatible run; pass one")
         cfg = config_from_args(args)
-        from recast.trainer import NonFiniteLossError, Trainer
+        from recast.trainer import NonFiniteLossError, Trainer, TrainingStopped
+        from recast.trainer.stopping import exit_status
 
         trainer = Trainer(cfg, args.out, resume="auto" if args.auto else args.resume, overwrite=args.overwrite,
                           change_processes=args.change_processes)
@@ -159,6 +160,9 @@ def _main(argv: list[str] | None = None) -> int:
         return 0
     try:
         run = trainer.run()
+    except TrainingStopped as err:
+        print(f"stopped: {err}", file=sys.stderr)
+        return exit_status(err.signum)
     except NonFiniteLossError as err:
         print(f"error: {err}", file=sys.stderr)
         return 3

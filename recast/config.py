@@ -145,6 +145,8 @@ class TrainConfig:
     eval_prompts: int = 16  # number of test prompts for evaluation
     eval_group: int = 1  # samples per test prompt at evaluation
     checkpoint_every: int = 0  # write a checkpoint every this many iterations (0 = only at the end)
+    checkpoint_minutes: float = 10.0  # and after an iteration that ends this long after the last checkpoint (0: off),
+    #                                   so a kill (SIGKILL, a lost node) loses at most about this much training
     grid_every: int = 0  # write a PNG grid of EMA samples every this many iterations (0 = only at the end)
     log_with: tuple[str, ...] = ()  # accelerate trackers, e.g. ("tensorboard",) or ("wandb",)
     progress: bool = True  # show a tqdm progress bar
@@ -191,7 +193,7 @@ def _tuplify(v):
 # release's 0.1 was set for SD3.5-Medium's LoRA and has not been tried here.
 _PAPER_CPU = dict(world="data/digit_base", iterations=30, prompts_per_iter=4, group_size=8, num_steps=6,
                   train_columns=5, lora_rank=8, lora_alpha=16.0, lr=1e-3, eval_prompts=64, eval_every=15, kl_beta=1.0,
-                  method="recast", nft_norm="x0", ema_decay=0.0, num_threads=1)
+                  method="recast", nft_norm="x0", ema_decay=0.0, num_threads=1, checkpoint_every=5)
 
 _PRESETS = {
     # seconds: a random tiny world, 2 prompts x 2 samples, 4 steps, on any world. Its method is the paper's static

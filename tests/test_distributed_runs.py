@@ -84,6 +84,25 @@ def test_a_killed_two_process_run_resumes_bit_identical(straight, tmp_path):
     assert _records(out) == _records(run) and _records(out, "weights.jsonl") == _records(run, "weights.jsonl")
 
 
+def test_a_sigterm_to_one_process_stops_both_after_the_same_iteration_and_resumes_bit_identical(straight, tmp_path):
+    run, want = straight
+    out, dump = tmp_path / "run", tmp_path / "dump"
+    dump.mkdir()
+    stopped = launch(dump, [*CI, "--out", str(out)], sigterm=(1, 3))  # rank 1 alone is signalled, in iteration 3
+    assert stopped.returncode != 0 and not (dump / "rank0.pt").exists()
+    assert [json.loads((dump / f"stopped{r}.json").read_text()) for r in (0, 1)] == [{"iteration": 3, "signum": 15}] * 2
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert state["iteration"] == 3 and len(state["rng_ranks"]) == 2  # off the every-2 schedule: the stop's own
+    assert len(_records(out)) == 3
+    _ok(launch(dump, [*CI, "--out", str(out), "--auto"]))
+    got = _dumps(dump)
+    for r in (0, 1):
+        assert got[r]["prompts"] == want[r]["prompts"][3:]
+        for name in ("params", "old", "ema"):
+            assert _same(got[r][name], want[r][name]), (r, name)
+    assert _records(out) == _records(run) and _records(out, "weights.jsonl") == _records(run, "weights.jsonl")
+
+
 def test_another_process_count_is_refused_unless_asked(straight, tmp_path, capsys):
     from recast.config import preset
     from recast.trainer import Trainer

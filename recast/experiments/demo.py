@@ -28,7 +28,7 @@ __all__ = ["DemoResult", "run_demo", "summarise", "paired", "efficiency", "effic
            "demo_runs", "rescore", "rescore_paired", "rescore_changes", "rescore_compare", "RESCORE_DRAW_STRIDE"]
 
 
-CHECKPOINT_EVERY = 5  # iterations between a demo run's checkpoints (the cpu preset alone writes one at its end)
+CHECKPOINT_EVERY = 5  # iterations between a demo run's checkpoints (as the cpu preset itself)
 
 
 @dataclass(frozen=True)

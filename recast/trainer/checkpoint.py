@@ -32,7 +32,8 @@ CHECKPOINT = "checkpoint.pt"
 FORMAT = "recast-checkpoint/2"  # version 1 (pickled numpy RNG states) needed weights_only=False and is refused
 LOG_FILES = ("metrics.jsonl", "weights.jsonl", "eval.jsonl")
 # Fields that may change between a run and its resumption (they do not change the trajectory up to the checkpoint).
-RESUMABLE_FIELDS = ("iterations", "progress", "log_with", "checkpoint_every", "eval_every", "grid_every")
+RESUMABLE_FIELDS = ("iterations", "progress", "log_with", "checkpoint_every", "checkpoint_minutes", "eval_every",
+                    "grid_every")
 # Fields whose resolved values (reward names, normalised budgets) the run marker holds; `validate` compares those.
 RESOLVED_FIELDS = ("setting", "rewards", "lam")
 # Fields added after runs existed, whose default reproduces those runs exactly: a config.json that lacks one matches
@@ -40,7 +41,7 @@ RESOLVED_FIELDS = ("setting", "rewards", "lam")
 LATER_FIELDS = ("replay_share", "replay_priority", "replay_capacity", "replay_max_age", "step_credit_eps", "otca_explore",
                 "world_settings", "sdpa_backend", "lora_merge_rollouts", "compile_blocks", "aggregation",
                 "weight_file", "kernel", "lora_merged_old", "lora_bf16", "recompute_blocks", "initialize_from",
-                "fsdp")
+                "fsdp", "checkpoint_minutes")
 # Values that name one behaviour: "auto" mixed precision resolves to "no" unless accelerate is configured otherwise
 # (the run marker records what it resolved to), so a run made when the default was "no" still resumes.
 SAME_VALUES = {"mixed_precision": ({"no", "auto"},)}

@@ -33,9 +33,10 @@ from recast.trainer.replay import ReplayBuffer
 from recast.trainer.replay_step import replay_batch
 from recast.trainer.rundir import RunLock, check_run_dir, unlink_run_files
 from recast.trainer.speed import apply_switches, merged_lora, sdpa_context
+from recast.trainer.stopping import StopRequests, TrainingStopped
 from recast.trainer.validate import RUN_MARKER, check_out_dir, validate_config
 
-__all__ = ["Trainer", "train", "NonFiniteLossError", "RewardError"]
+__all__ = ["Trainer", "train", "NonFiniteLossError", "RewardError", "TrainingStopped"]
 
 
 class Trainer(Persistent):
@@ -372,9 +373,17 @@ class Trainer(Persistent):
     def run(self):
         """Iterate to `cfg.iterations`, checkpointing and then evaluating on schedule; returns `load_run(out_dir)`.
 
+        A checkpoint is written every `checkpoint_every` iterations, after an iteration that ends `checkpoint_minutes`
+        after the last one, at the end, and after the iteration under way when SIGINT or SIGTERM arrives (the run
+        then raises TrainingStopped). Where a checkpoint is written does not change the trajectory.
+
         The checkpoint is written before the evaluation of the same iteration, so a failed or killed evaluation
         loses no training; a resumed run redoes an evaluation that the checkpoint's logs do not hold. The run
         directory's lock is released when this returns or raises.
+
+        Raises:
+            TrainingStopped: a SIGINT or SIGTERM arrived; the iteration under way finished and was checkpointed
+                (`recast.trainer.stopping`). Resume continues bit for bit.
         """
         from tqdm.auto import tqdm
 
@@ -389,15 +398,26 @@ class Trainer(Persistent):
                 self.evaluate(grid=self._eval_due(self.iteration)[1])
             bar = tqdm(range(self.iteration, cfg.iterations), initial=self.iteration, total=cfg.iterations,
                        disable=not (cfg.progress and self.main), desc=f"{cfg.method}/{cfg.backend}")
-            for _ in bar:
-                rec = self.step()
-                bar.set_postfix(reward=f"{rec['reward/weighted']:.3f}", loss=f"{rec['loss/loss']:.3g}")
-                n = self.iteration
-                if n == cfg.iterations or (cfg.checkpoint_every and n % cfg.checkpoint_every == 0):
-                    self.save()
-                due, grid = self._eval_due(n)
-                if due:
-                    self.evaluate(grid=grid)
+            saved_at = time.monotonic()
+            with StopRequests(announce=self.main) as stop:
+                for _ in bar:
+                    rec = self.step()
+                    bar.set_postfix(reward=f"{rec['reward/weighted']:.3f}", loss=f"{rec['loss/loss']:.3g}")
+                    n = self.iteration
+                    # a SIGINT/SIGTERM on any process, or the clock on any: every process acts after this iteration
+                    late = cfg.checkpoint_minutes and time.monotonic() - saved_at >= 60 * cfg.checkpoint_minutes
+                    agreed = max_over_ranks(self.acc, {"stop": float(stop.requested), "late": float(bool(late))})
+                    signum = int(agreed["stop"])
+                    if (signum or agreed["late"] or n == cfg.iterations
+                            or (cfg.checkpoint_every and n % cfg.checkpoint_every == 0)):
+                        self.save()
+                        saved_at = time.monotonic()
+                    if signum and n < cfg.iterations:  # a due evaluation is redone on resume (`_has_eval`)
+                        bar.close()
+                        raise TrainingStopped(n, cfg.iterations, signum, self.out)
+                    due, grid = self._eval_due(n)
+                    if due:
+                        self.evaluate(grid=grid)
             if cfg.log_with:
                 self.acc.end_training()
             return load_run(self.out)
@@ -417,5 +437,6 @@ def train(cfg: TrainConfig, out_dir: str | Path, *, resume: bool | str = False, 
         ValueError / FileNotFoundError / FileExistsError / PermissionError: bad input, before any compute
             (`recast.trainer.rundir.RunDirBusyError`, a FileExistsError, when another run holds `out_dir`).
         NonFiniteLossError: a NaN/inf loss, gradient or weight; the last checkpoint stays intact.
+        TrainingStopped: SIGINT or SIGTERM; the iteration under way finished and was checkpointed.
     """
     return Trainer(cfg, out_dir, resume=resume, overwrite=overwrite, change_processes=change_processes).run()

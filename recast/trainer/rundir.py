@@ -16,6 +16,7 @@ import fcntl
 import os
 import shutil
 import stat
+import sys
 from pathlib import Path
 
 import torch
@@ -221,6 +222,7 @@ def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=N
             _check_not_lost(out, cfg, overwrite)
             try:
                 check_resume_config(out, cfg.to_dict(), resolved=RESOLVED_FIELDS if spec is not None else ())
+                _say_restart(out)
                 return "fresh"
             except ValueError as err:
                 if overwrite:
@@ -234,8 +236,9 @@ def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=N
     present = [f for f in RUN_FILES if (out / f).exists() or (out / f).is_symlink()]
     if present and not overwrite and is_recast_run(out) and not (out / CHECKPOINT).is_file():
         _check_not_lost(out, cfg, overwrite)
-        try:  # a start that failed before its first checkpoint: the same command simply starts again
+        try:  # a start that failed before its first checkpoint: the same command starts again, and says so
             check_resume_config(out, cfg.to_dict(), resolved=RESOLVED_FIELDS if spec is not None else ())
+            _say_restart(out)
             return "fresh"
         except ValueError:
             pass
@@ -251,6 +254,21 @@ def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=N
                               f"{', ...' if len(others) > 3 else ''}); a run starts in an empty folder or its own: "
                               "choose another --out (or pass --overwrite to start among them; they are kept)")
     return "fresh"
+
+
+def _say_restart(out: Path) -> None:
+    """A rerun over a run that stopped before its first checkpoint starts it again; it says so, and how many logged
+    iterations that discards, rather than starting over silently."""
+    if os.environ.get("RANK", "0") != "0":  # one line per launch, from the main process
+        return
+    try:
+        logged = len(read_jsonl(out / "metrics.jsonl"))
+    except (OSError, ValueError):
+        logged = 0
+    lost = f"its {logged} logged iteration{'s' if logged != 1 else ''} cannot be continued" if logged else \
+        "it logged no iteration"
+    print(f"note: {out} holds this run stopped before its first checkpoint ({lost}); starting it again from "
+          "iteration 0 (checkpoint_every sets how often a run checkpoints)", file=sys.stderr, flush=True)
 
 
 def _other_files(out: Path) -> list[str]:
