@@ -1,8 +1,8 @@
 """What to install for what: the package's name on the package index, and the extra that brings each optional module.
 
 Every message that tells a user to install something is built here, so they all name the same distribution. The
-name `recast` on the public index is an unrelated package; this one is published as `recast-credit` and imported as
-`recast`.
+name `recast` on the public index is an unrelated package; this one is distributed as `recast-credit` (not on the
+public index yet: install it from a clone or a built wheel) and imported as `recast`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,11 @@ EXTRAS = {"diffusers": "train", "transformers": "train", "accelerate": "train", 
 
 
 def pip_hint(extra: str | None = None) -> str:
-    """The command that installs the package with ``extra`` (the core alone when None)."""
-    return f"pip install '{DISTRIBUTION}[{extra}]'" if extra else f"pip install {DISTRIBUTION}"
+    """The command that installs the package with ``extra`` (the core alone when None): from a clone, or from a
+    built wheel; `DISTRIBUTION` is not on the public package index yet, so installing it by name finds
+    nothing."""
+    spec = f"[{extra}]" if extra else ""
+    return f"pip install -e '.{spec}' in a clone (or pip install 'recast_credit-<version>-py3-none-any.whl{spec}')"
 
 
 def missing(modules: Iterable[str]) -> list[str]:

@@ -17,7 +17,8 @@ __all__ = ["figures_dir", "check_figures_dir", "savefig", "plot_weights", "plot_
 
 
 def figures_dir() -> Path:
-    """Where figures go: $RECAST_FIGURES_DIR if set, else ``runs/figures`` under the working directory.
+    """Where figures go: $RECAST_FIGURES_DIR if set, else ``runs/figures`` under the working directory
+    (``runs/figures/<run name>`` for a notebook run with parameters, `recast.nbparams.typed_parameters`).
 
     The committed ``figures/`` are written only on request: ``make figures`` sets ``RECAST_FIGURES_DIR=figures``.
 
@@ -29,7 +30,8 @@ def figures_dir() -> Path:
     if env and os.path.exists(env) and not os.path.isdir(env):
         raise FileExistsError(f"RECAST_FIGURES_DIR={env} is not a folder; point it at a folder (it is created if "
                                  "missing) or unset it")
-    return Path(env) if env else Path.cwd() / "runs" / "figures"
+    run = os.environ.get("RECAST_RUN_NAME", "").strip()  # a notebook run's own folder (`recast.nbparams`)
+    return Path(env) if env else Path.cwd() / "runs" / "figures" / (run if run and run != "default" else "")
 
 
 def check_figures_dir(outdir: str | os.PathLike | None = None) -> Path:
@@ -117,7 +119,7 @@ def plot_weights(
                   + f"\ncolumn sums {col.mean():.4f} (spread {col.max() - col.min():.1e})")
     ax.set_yticklabels(ax.get_yticklabels(), rotation=0)
     if title:
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title, fontsize=11)
     return ax
 
 
@@ -141,7 +143,7 @@ def plot_discriminability(D, reward_names: Sequence[str], sigmas, *, ax: plt.Axe
     ax.set_ylabel("Rényi discriminability D_k(σ)")
     ax.legend(fontsize=7, frameon=False)
     if title:
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title, fontsize=11)
     return ax
 
 
@@ -177,5 +179,5 @@ def plot_weight_intervals(intervals, *, sigmas=None, ax: plt.Axes | None = None,
     ax.set_ylabel(f"W / (λ/T), {intervals.level:.0%} bootstrap interval")
     ax.legend(fontsize=7, frameon=False, ncols=min(K, 3))
     if title:
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title, fontsize=11)
     return ax

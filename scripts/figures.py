@@ -3,16 +3,25 @@
     make figures                          # every recipe below, in order (hours on 2 cores: see TIME)
     make figures FIGURES="01 03"          # some of them
     python scripts/figures.py --list      # the recipes and their commands, nothing run
+    python scripts/figures.py --stale     # the recipes whose drawing code changed since their figures were made
 
 Runs execute under runs/ (never in tracked files); only the figures land in figures/ and the tables in
 research/tables/, because this script sets RECAST_FIGURES_DIR and RECAST_RESULTS_DIR for its children. Notebooks
 that train (03-06, 08) skip runs that already finished under runs/, so an interrupted `make figures` resumes.
+
+Each recipe that finishes records in figures/provenance.json a SHA-256 of the code that draws its figures (the code
+cells of its notebooks, or the demo's module, and `recast/plotting.py`) and the commit it ran on. A figure whose code
+has changed since is stale: `--stale` lists it, and `tests/test_figures.py` fails unless it is regenerated or
+listed, with its reason, under "Figures older than their code" in figures/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -63,6 +72,49 @@ TIME = {"00": "1 min", "01": "20 s", "02": "80 min recording + 5 min", "03": "3 
         "05": "77 min", "06": "40 min", "08": "80 min"}
 
 
+PROVENANCE = ROOT / "figures" / "provenance.json"
+
+
+def drawing_sources(name: str) -> list[Path]:
+    """The files whose code draws recipe ``name``'s figures: its notebooks (or the demo's module) and the plotting
+    module they all draw with."""
+    paths = [ROOT / p for cmd in RECIPES[name][0] for p in re.findall(r"notebooks/\S+\.ipynb", cmd)]
+    if any(" -m recast demo " in f" {cmd} " for cmd in RECIPES[name][0]):
+        paths.append(ROOT / "recast" / "experiments" / "demo.py")
+    return [*dict.fromkeys(paths), ROOT / "recast" / "plotting.py"]
+
+
+def drawing_code(name: str) -> str:
+    """SHA-256 over the code of `drawing_sources` (a notebook's code cells only: its text and outputs do not draw)."""
+    h = hashlib.sha256()
+    for path in drawing_sources(name):
+        if path.suffix == ".ipynb":
+            cells = json.loads(path.read_text())["cells"]
+            text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        else:
+            text = path.read_text()
+        h.update(f"{path.relative_to(ROOT)}\n{text}\n".encode())
+    return h.hexdigest()
+
+
+def stale(provenance: dict | None = None) -> list[str]:
+    """The recipes whose figures were made by other code than today's (or whose making was never recorded)."""
+    if provenance is None:
+        provenance = json.loads(PROVENANCE.read_text()) if PROVENANCE.is_file() else {}
+    return [n for n in RECIPES if provenance.get(n, {}).get("code") != drawing_code(n)]
+
+
+def _record(name: str) -> None:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *map(str, drawing_sources(name))], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    provenance = json.loads(PROVENANCE.read_text()) if PROVENANCE.is_file() else {}
+    provenance[name] = {"code": drawing_code(name), "commit": head + (" (with uncommitted changes)" if dirty else "")}
+    from recast.io import write_json
+
+    write_json(PROVENANCE, dict(sorted(provenance.items())))
+
+
 def commands(names: list[str]) -> list[str]:
     """The shell commands of the named recipes, in recipe order.
 
@@ -79,12 +131,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="*", help=f"recipes to run (default: all): {' '.join(RECIPES)}")
     p.add_argument("--list", action="store_true", help="print the recipes and their commands; run nothing")
+    p.add_argument("--stale", action="store_true", help="print the recipes whose drawing code changed since their "
+                                                          "figures were made; run nothing")
     a = p.parse_args(argv)
     try:
         todo = commands(a.names or list(RECIPES))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if a.stale:
+        for name in stale():
+            print(f"{name}: {RECIPES[name][1]} (drawing code changed since made; make figures FIGURES={name})")
+        return 0
     if a.list:
         for name, (cmds, figs) in RECIPES.items():
             print(f"{name}: {figs} (about {TIME[name]})")
@@ -93,11 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, RECAST_FIGURES_DIR=str(ROOT / "figures"), RECAST_RESULTS_DIR=str(ROOT / "research" / "tables"))
     (ROOT / "runs" / "figures").mkdir(parents=True, exist_ok=True)
     bindir = Path(sys.executable).parent
-    for cmd in todo:
-        argv0, *rest = shlex.split(cmd)
-        exe = str(bindir / argv0) if (bindir / argv0).exists() else argv0
-        print(f"$ {cmd}", flush=True)
-        subprocess.run([exe, *rest], cwd=ROOT, env=env, check=True)
+    for name in [n for n in RECIPES if n in (a.names or list(RECIPES))]:
+        for cmd in RECIPES[name][0]:
+            argv0, *rest = shlex.split(cmd)
+            exe = str(bindir / argv0) if (bindir / argv0).exists() else argv0
+            print(f"$ {cmd}", flush=True)
+            subprocess.run([exe, *rest], cwd=ROOT, env=env, check=True)
+        _record(name)
     return 0
 
 

@@ -305,4 +305,4 @@ def test_cli_names_the_extra_a_missing_package_belongs_to():
 
     out = subprocess.run([sys.executable, "-c", code, tempfile.mkdtemp()], capture_output=True, text=True)
     assert out.returncode == 2, out.stderr[-2000:]
-    assert "pip install 'recast-credit[train]'" in out.stderr and "Traceback" not in out.stderr
+    assert "pip install -e '.[train]' in a clone" in out.stderr and "Traceback" not in out.stderr

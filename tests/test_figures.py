@@ -171,3 +171,50 @@ def test_every_figure_command_names_a_command_and_parameters_that_exist():
             names |= {words[i + 1].split(":")[0] for i, w in enumerate(words) if w == "-y"}
             unknown = names - _notebook_parameters(ROOT / words[1])
             assert not unknown, (command, unknown)
+
+
+def _listed_as_older() -> dict[str, str]:
+    """{recipe: reason} under figures/README.md's "Figures older than their code"."""
+    text = (ROOT / "figures" / "README.md").read_text()
+    section = text.split("## Figures older than their code", 1)[1].split("\n## ", 1)[0]
+    return dict(re.findall(r"^- `([\w]+)`: (.+)$", section, re.M))
+
+
+def test_every_committed_figure_is_drawn_by_todays_code_or_listed_as_older():
+    """Issue 71: figures/demo_compose.png came from older code and nothing said so. Each recipe records the hash of
+    its drawing code when it runs (figures/provenance.json); a recipe whose code changed since is listed, with its
+    reason, or regenerated (`make figures FIGURES=NAME`)."""
+    figures = _figures_script()
+    stale, listed = set(figures.stale()), _listed_as_older()
+    assert stale <= set(listed), f"drawing code changed for {sorted(stale - set(listed))}: regenerate them " \
+                                 "(make figures FIGURES=...) or list them in figures/README.md with the reason"
+    assert set(listed) <= stale, f"{sorted(set(listed) - stale)} are current: take them off the list"
+    assert all(len(reason) > 20 for reason in listed.values())
+
+
+def test_the_drawing_code_hash_follows_code_cells_not_text_or_outputs(tmp_path, monkeypatch):
+    import json
+
+    figures = _figures_script()
+    nb = {"cells": [{"cell_type": "markdown", "source": ["# a"]}, {"cell_type": "code", "source": ["x = 1"],
+                                                                     "outputs": []}]}
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "recast").mkdir()
+    (tmp_path / "recast" / "plotting.py").write_text("def f(): pass\n")
+    path = tmp_path / "notebooks" / "n.ipynb"
+    monkeypatch.setattr(figures, "ROOT", tmp_path)
+    monkeypatch.setattr(figures, "RECIPES", {"n": (("papermill notebooks/n.ipynb out.ipynb -p a 1",), "n")})
+
+    def digest(cells):
+        path.write_text(json.dumps({"cells": cells}))
+        return figures.drawing_code("n")
+
+    base = digest(nb["cells"])
+    assert figures.drawing_sources("n") == [path, tmp_path / "recast" / "plotting.py"]
+    assert digest([{**nb["cells"][0], "source": ["# b"]}, nb["cells"][1]]) == base  # text does not draw
+    assert digest([nb["cells"][0], {**nb["cells"][1], "outputs": [{"text": "2"}]}]) == base
+    assert digest([nb["cells"][0], {**nb["cells"][1], "source": ["x = 2"]}]) != base
+    digest(nb["cells"])
+    (tmp_path / "recast" / "plotting.py").write_text("def f(): return 1\n")
+    assert figures.drawing_code("n") != base
+    assert figures.stale({"n": {"code": figures.drawing_code("n")}}) == [] and figures.stale({}) == ["n"]

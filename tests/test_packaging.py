@@ -94,3 +94,13 @@ def test_atomic_writes_get_the_mode_a_plain_open_would(tmp_path):
     path = atomic_write_bytes(tmp_path / "x.json", b"{}")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~current_umask()
     assert path.read_bytes() == b"{}" and not list(tmp_path.glob("*.tmp"))
+
+
+def test_the_license_file_is_the_licence_pyproject_declares():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    text = (ROOT / "LICENSE").read_text()
+    assert project["license"] == "Apache-2.0"
+    assert text.split()[:5] == ["Apache", "License", "Version", "2.0,", "January"]
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text and "END OF TERMS AND CONDITIONS" in text

@@ -29,7 +29,7 @@ def test_a_tracker_that_is_not_installed_is_refused_before_compute(tmp_path, mon
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
-    with pytest.raises(ValueError, match=r"'wandb' is not installed here; pip install 'recast-credit\[wandb\]'"):
+    with pytest.raises(ValueError, match=r"'wandb' is not installed here; pip install -e '\.\[wandb\]' in a clone"):
         Trainer(preset("ci", log_with=("wandb",)), tmp_path)
     with pytest.raises(ValueError, match="unknown tracker 'mlflow'"):
         Trainer(preset("ci", log_with=("mlflow",)), tmp_path)

@@ -38,6 +38,8 @@ def test_the_wheel_carries_the_embedded_world(installed):
                    "recast/_data/prompts/compose_train.jsonl", "recast/_data/profiles/digit_base_renderings_T6.npz",
                    "recast/credit/__init__.py"):
         assert needed in names, needed
+    # the licence travels with the wheel (issue 71: there was no LICENSE file)
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), [n for n in names if "dist-info" in n]
 
 
 @pytest.mark.parametrize("args", [

@@ -12,6 +12,7 @@ table, and drawn in `<out>/<figure_name>.{png,pdf}` (in $RECAST_FIGURES_DIR when
 from __future__ import annotations
 
 import concurrent.futures as cf
+import math
 import multiprocessing as mp
 import os
 import time
@@ -59,12 +60,15 @@ class DemoResult:
             lines.append(f"| {r['method']} | {r['metric']} | {r['base_mean']:.3f} ± {r['base_std']:.3f} | "
                          f"{r['final_mean']:.3f} ± {r['final_std']:.3f} | {r['delta_mean']:+.3f} ± {r['delta_std']:.3f} |")
         if self.paired:
-            lines += ["", "Paired ReCAST − baseline over the same seeds, mean with its 95 % t-interval; a win or a loss only "
-                      "when the interval excludes 0 (for the Fréchet distance and defect rates lower is better).", "",
-                      "| baseline | metric | ReCAST − baseline | 95 % CI | verdict |", "|---|---|---|---|---|"]
+            lines += ["", "Paired ReCAST − baseline over the same seeds, mean with its 95 % t-interval (for the Fréchet "
+                      "distance and defect rates lower is better). 'interval' says whether that one interval excludes "
+                      "0; many metrics are read at once, so only the Holm column (family-wise 5 % over every metric "
+                      "of a baseline) is a win or a loss.", "",
+                      "| baseline | metric | ReCAST − baseline | 95 % CI | interval | after Holm |",
+                      "|---|---|---|---|---|---|"]
             for r in self.paired:
                 lines.append(f"| {r['baseline']} | {r['metric']} | {r['diff']:+.3f} | "
-                             f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] | {r['verdict']} |")
+                             f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] | {r['verdict']} | {r.get('holm', 'tie')} |")
         lines += ["", "Sample efficiency is not read from a demo: three evaluation points cannot locate where a curve "
                   "crosses the baseline's level (research/study/ measures it from dense evaluation)."]
         return "\n".join(lines)
@@ -220,10 +224,13 @@ def paired(runs: dict[str, list[Path]], *, method: str = "recast", confidence: f
     """Paired ``method`` − baseline differences of every final eval metric, for each other method as the baseline.
 
     Runs pair by seed (``seed_<s>`` folders of the same index share the seed, base model, prompts and noise), so
-    seed-to-seed variation cancels; the verdict follows `recast.stats.paired_difference`, with a pass rate's s.d.
-    taken as at least one prompt of the runs' shared ``eval_prompts`` (`recast.experiments.sweep_results.pass_rate_resolution`).
+    seed-to-seed variation cancels; ``verdict`` follows `recast.stats.paired_difference` (one 95 % interval, not
+    adjusted for the many metrics read at once), with a pass rate's s.d. taken as at least one prompt of the runs'
+    shared ``eval_prompts`` (`recast.experiments.sweep_results.pass_rate_resolution`); ``holm`` is the verdict after
+    Holm's correction over every metric of that baseline (family-wise 5 %; "tie" where it does not survive), with
+    the ``p_value`` it used (`recast.stats.interval_p_value`).
     """
-    from recast.stats import lower_is_better, paired_difference
+    from recast.stats import holm, interval_p_value, lower_is_better, paired_difference
     from recast.experiments.sweep_results import pass_rate_resolution
     from recast.trainer.metrics import load_run
 
@@ -242,6 +249,11 @@ def paired(runs: dict[str, list[Path]], *, method: str = "recast", confidence: f
                                   resolution=pass_rate_resolution(counts, a + b))
             out.append({"method": method, "baseline": baseline, "metric": key, "n": d.n, "diff": d.mean,
                         "ci_low": d.ci_low, "ci_high": d.ci_high, "verdict": d.verdict})
+        family = [r for r in out if r["baseline"] == baseline]
+        ps = [interval_p_value(r["diff"], r["ci_low"], r["ci_high"], r["n"])
+              if r["n"] >= 2 and math.isfinite(r["ci_low"]) else 1.0 for r in family]
+        for r, p, kept in zip(family, ps, holm(ps) if ps else []):
+            r["p_value"], r["holm"] = p, r["verdict"] if kept else "tie"
     return out
 
 

@@ -34,13 +34,13 @@ class RunProgress:
 
     Args:
         runs: label -> run directory (the directories may not exist yet).
-        iterations: the iterations each run trains.
+        iterations: the iterations each run trains (one number for all, or label -> number).
         prefix: put before every line.
         stream: where lines go (default: stderr, so the results on stdout stay clean).
         clock: seconds, for the per-iteration time (tests pass a fake).
     """
 
-    def __init__(self, runs: dict[str, str | Path], iterations: int, *, prefix: str = "[demo]",
+    def __init__(self, runs: dict[str, str | Path], iterations: int | dict[str, int], *, prefix: str = "[demo]",
                  stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic):
         self.runs = {label: Path(p) for label, p in runs.items()}
         self.iterations = iterations
@@ -70,7 +70,8 @@ class RunProgress:
             rate = f" ({(now - last) / (n - seen):.1f} s/iteration)" if last is not None else ""
             for i in range(seen + 1, n + 1):
                 note = f" (continued from iteration {seen})" if i == seen + 1 and seen and last is None else ""
-                lines.append(f"{self.prefix} {label}: iteration {i}/{self.iterations}{rate}{note}")
+                total = self.iterations[label] if isinstance(self.iterations, dict) else self.iterations
+                lines.append(f"{self.prefix} {label}: iteration {i}/{total}{rate}{note}")
             self._seen[label], self._last[label] = n, now
         out = self.stream or sys.stderr
         for line in lines:

@@ -31,13 +31,15 @@ EMPHASIS: float = 0.55  # the budget a reward-emphasising λ puts on its reward;
 
 
 def results_dir() -> Path:
-    """Where result tables go: $RECAST_RESULTS_DIR if set, else ``runs/results`` under the working directory.
+    """Where result tables go: $RECAST_RESULTS_DIR if set, else ``runs/results`` under the working directory
+    (``runs/results/<run name>`` for a notebook run with parameters, `recast.nbparams.typed_parameters`).
 
     Nothing lands in tracked files by default; the committed research tables are regenerated on purpose with
     ``RECAST_RESULTS_DIR=research/tables`` (each page of ``research/`` gives its command).
     """
     env = os.environ.get("RECAST_RESULTS_DIR")
-    return Path(env) if env else Path.cwd() / "runs" / "results"
+    run = os.environ.get("RECAST_RUN_NAME", "").strip()  # a notebook run's own folder (`recast.nbparams`)
+    return Path(env) if env else Path.cwd() / "runs" / "results" / (run if run and run != "default" else "")
 
 
 def budget_grid(reward_names: tuple[str, ...] | list[str]) -> dict[str, tuple[float, ...]]:
@@ -228,15 +230,27 @@ def _stop_children(signum, frame):
     raise KeyboardInterrupt(f"sweep interrupted by signal {signum}; rerun it to continue")
 
 
+def _planned_iterations(run: SweepRun) -> int | str:
+    try:
+        return _planned_config(run).iterations
+    except (ValueError, OSError, SystemExit):
+        return "?"
+
+
 def run_sweep(runs: list[SweepRun], *, jobs: int = 1, python: str = sys.executable,
-              rerun_changed: bool = False) -> SweepReport:
+              rerun_changed: bool = False, progress: bool = True) -> SweepReport:
     """Train every unfinished run, `jobs` at a time, each as its own `python -m recast train --auto` process.
 
     Rerunning a sweep continues it: finished runs are skipped, killed ones resume from their checkpoints. A run
     whose directory holds a run made with other settings is refused and reported in `failed`, unless
     ``rerun_changed`` (then it is trained afresh). A run that fails does not stop the others. SIGTERM or SIGINT to
-    the driver is forwarded to its children.
+    the driver is forwarded to its children. With ``progress``, one line per finished iteration of every run goes
+    to stderr (``[sweep] compose/uniform/recast/seed_0: iteration 12/30 (6.8 s/iteration)``), which papermill's
+    log and a notebook show as they come.
     """
+    from contextlib import nullcontext
+
+    from recast.experiments.progress import RunProgress
     from recast.trainer.rundir import EXIT_BUSY as BUSY
 
     if jobs < 1:
@@ -248,8 +262,11 @@ def run_sweep(runs: list[SweepRun], *, jobs: int = 1, python: str = sys.executab
     handlers = {}
     if threading.current_thread() is threading.main_thread():
         handlers = {s: signal.signal(s, _stop_children) for s in (signal.SIGTERM, signal.SIGINT)}
+    labels = {f"{r.setting}/{r.budget}/{r.method}/seed_{r.seed}": r.out_dir for r in todo}
+    totals = {label: _planned_iterations(r) for label, r in zip(labels, todo)}
+    watch = RunProgress(labels, totals, prefix="[sweep]") if progress and todo else nullcontext()
     try:
-        with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
+        with watch, cf.ThreadPoolExecutor(max_workers=jobs) as pool:
             for run, code, err in pool.map(lambda r: _launch(r, python, rerun_changed), todo):
                 if code == 0:
                     (skipped if err.endswith("__finished__") else ran).append(run)

@@ -33,6 +33,7 @@ from recast.trainer.replay import ReplayBuffer
 from recast.trainer.replay_step import replay_batch
 from recast.trainer.rundir import RunLock, check_run_dir, unlink_run_files
 from recast.trainer.speed import apply_switches, merged_lora, sdpa_context
+from recast.trainer.progress import IterationProgress
 from recast.trainer.stopping import StopRequests, TrainingStopped
 from recast.trainer.validate import RUN_MARKER, check_out_dir, validate_config
 
@@ -385,8 +386,6 @@ class Trainer(Persistent):
             TrainingStopped: a SIGINT or SIGTERM arrived; the iteration under way finished and was checkpointed
                 (`recast.trainer.stopping`). Resume continues bit for bit.
         """
-        from tqdm.auto import tqdm
-
         cfg = self.cfg
         if self.mode == "finished":
             self.release()
@@ -396,13 +395,13 @@ class Trainer(Persistent):
                 self.evaluate()
             elif self.resumed and self._eval_due(self.iteration)[0] and not self._has_eval(self.iteration):
                 self.evaluate(grid=self._eval_due(self.iteration)[1])
-            bar = tqdm(range(self.iteration, cfg.iterations), initial=self.iteration, total=cfg.iterations,
-                       disable=not (cfg.progress and self.main), desc=f"{cfg.method}/{cfg.backend}")
+            bar = IterationProgress(initial=self.iteration, total=cfg.iterations, desc=f"{cfg.method}/{cfg.backend}",
+                                    enabled=bool(cfg.progress and self.main))
             saved_at = time.monotonic()
             with StopRequests(announce=self.main) as stop:
-                for _ in bar:
+                for _ in range(self.iteration, cfg.iterations):
                     rec = self.step()
-                    bar.set_postfix(reward=f"{rec['reward/weighted']:.3f}", loss=f"{rec['loss/loss']:.3g}")
+                    bar.update(reward=f"{rec['reward/weighted']:.3f}", loss=f"{rec['loss/loss']:.3g}")
                     n = self.iteration
                     # a SIGINT/SIGTERM on any process, or the clock on any: every process acts after this iteration
                     late = cfg.checkpoint_minutes and time.monotonic() - saved_at >= 60 * cfg.checkpoint_minutes
@@ -418,6 +417,7 @@ class Trainer(Persistent):
                     due, grid = self._eval_due(n)
                     if due:
                         self.evaluate(grid=grid)
+            bar.close()
             if cfg.log_with:
                 self.acc.end_training()
             return load_run(self.out)

@@ -105,6 +105,11 @@ class RunLock:
         self.release()
 
 
+# how the refusal of a run made with other settings names the knob that replaces it: the CLI's flag, or a
+# notebook's own parameter (`recast.nbparams.typed_parameters` sets it in the notebook's kernel)
+OVERWRITE_HINT = "--overwrite"
+
+
 def _need(ok: bool, msg: str) -> None:
     if not ok:
         raise ValueError(msg)
@@ -216,7 +221,7 @@ def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=N
             except ValueError as err:
                 if overwrite:
                     return "fresh"
-                raise ValueError(f"{err}; or pass --overwrite to replace it") from None
+                raise ValueError(f"{err}; or pass {OVERWRITE_HINT} to replace it") from None
             return "finished" if finished else "resume"
         if has_run:  # killed before its first checkpoint: nothing to continue, and its files are this run's
             _check_not_lost(out, cfg, overwrite)
@@ -227,7 +232,7 @@ def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=N
             except ValueError as err:
                 if overwrite:
                     return "fresh"
-                raise ValueError(f"{err}; or pass --overwrite to replace it") from None
+                raise ValueError(f"{err}; or pass {OVERWRITE_HINT} to replace it") from None
         resume = False
     if resume:
         _check_resume(out, cfg, spec)
@@ -244,8 +249,9 @@ def check_run_dir(out: Path, cfg, *, resume: bool | str, overwrite: bool, spec=N
             pass
     if present and not overwrite:
         if is_recast_run(out):
+            knob = "overwrite=True (--overwrite)" if OVERWRITE_HINT == "--overwrite" else OVERWRITE_HINT
             raise FileExistsError(f"{out} already holds a run: pass resume=True (--resume) to continue it or "
-                                  "overwrite=True (--overwrite) to start over")
+                                  f"{knob} to start over")
         raise FileExistsError(f"{out} holds {', '.join(present)} but is not a recast run directory; refusing to "
                               "overwrite another tool's files: choose another --out (or pass --overwrite)")
     others = _other_files(out)

@@ -17,8 +17,7 @@ import torch
 from recast.extras import pip_hint
 from recast.worlds.sd3.rewards._common import check_batch
 
-HINT = (f"install the OCR extra: {pip_hint('ocr')}, or pip install -e '.[ocr]' in a clone (rapidocr-onnxruntime and "
-        "rapidfuzz; models ship in the wheel)")
+HINT = f"install the OCR extra: {pip_hint('ocr')} (rapidocr-onnxruntime and rapidfuzz; models ship in the wheel)"
 
 
 def quoted_text(prompt: str) -> str:
