@@ -39,6 +39,7 @@ from pathlib import Path
 
 from recast.bounded import load_yaml, short_repr
 from recast.config import parse_bool
+from recast.kernel import in_kernel
 
 __all__ = ["parse_parameter", "typed_parameters", "check_output_dir", "injected_parameters", "make_run_name",
            "clone_root", "in_kernel",
@@ -147,20 +148,6 @@ def check_output_dir(path, name: str = "out_dir") -> Path:
     if not str(path).strip():
         raise ValueError(f"notebook parameter {name}: empty; give a folder")
     return writable_folder(str(path), f"notebook parameter {name}: {path}")
-
-
-def in_kernel() -> bool:
-    """Whether this process is a Jupyter kernel (JupyterLab's, papermill's, nbmake's), not a script or a shell."""
-    import sys
-
-    shell = sys.modules.get("IPython")
-    if shell is None:
-        return False
-    try:
-        ip = shell.get_ipython()
-    except Exception:  # noqa: BLE001 - IPython without a shell
-        return False
-    return ip is not None and "IPKernelApp" in getattr(ip, "config", {})
 
 
 def quiet_interrupts_between_cells() -> bool:

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Callable, TextIO
 
-from recast.nbparams import in_kernel as in_kernel_
+from recast.kernel import in_kernel as in_kernel_
 
 __all__ = ["progress_style", "IterationProgress", "STYLES"]
 
